@@ -1,0 +1,170 @@
+package interruption_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+)
+
+func spotEvent(id, instance string) string {
+	return fmt.Sprintf(`{"version":"0","id":%q,"detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2","account":"123456789012","time":"2026-11-29T20:57:42Z","region":"us-east-1","resources":[],"detail":{"instance-id":%q,"instance-action":"terminate"}}`, id, instance)
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	byEvent map[string]int
+	fail    map[string]int // event id → failures still to return
+	handled chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{byEvent: map[string]int{}, fail: map[string]int{}, handled: make(chan struct{}, 1000)}
+}
+
+func (r *recorder) handle(_ context.Context, m interruption.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail[m.EventID] > 0 {
+		r.fail[m.EventID]--
+		return errors.New("handler failed on purpose")
+	}
+	r.byEvent[m.EventID]++
+	r.handled <- struct{}{}
+	return nil
+}
+
+// run starts a consumer on a new queue of an emulator and returns the SQS client, the queue URL
+// and a stop function that waits for the consumer to return.
+func run(t *testing.T, s *awsemu.Server, rec *recorder) (*sqs.Client, string, func()) {
+	t.Helper()
+	o := s.ClientOptions()
+	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
+	c, err := awsclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-interruption")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: aws.ToString(q.QueueUrl), WaitTime: time.Second, VisibilityTimeout: time.Second, ErrorBackoff: time.Millisecond}
+	go func() { done <- consumer.Run(ctx, rec.handle) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if ctx.Err() == nil {
+			stop()
+		}
+	})
+	return c.SQS, aws.ToString(q.QueueUrl), stop
+}
+
+func waitHandled(t *testing.T, rec *recorder, n int) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for range n {
+		select {
+		case <-rec.handled:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %d handled messages", n)
+		}
+	}
+}
+
+func waitEmpty(t *testing.T, s *awsemu.Server, queue string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.QueueDepth(queue) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s still holds %d messages", queue, s.QueueDepth(queue))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConsumerDuplicatesAndReordering(t *testing.T) {
+	s := awsemu.StartT(t, awsemu.Options{Seed: 42})
+	s.SetFaults(awsemu.Faults{SQSDuplicates: 1, SQSReorder: true, SQSThrottle: 0.3})
+	rec := newRecorder()
+	api, url, stop := run(t, s, rec)
+	const events = 20
+	for i := range events {
+		if _, err := api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent(fmt.Sprintf("evt-%d", i), fmt.Sprintf("i-%017x", i)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every copy is handled and deleted: 2 deliveries of each event.
+	waitHandled(t, rec, 2*events)
+	waitEmpty(t, s, "lifeboat-interruption")
+	stop()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i := range events {
+		if got := rec.byEvent[fmt.Sprintf("evt-%d", i)]; got != 2 {
+			t.Errorf("evt-%d handled %d times, want 2 (one per delivered copy)", i, got)
+		}
+	}
+	if n := s.Calls("DeleteMessage", ""); n != 2*events {
+		t.Errorf("%d deletes, want %d", n, 2*events)
+	}
+}
+
+func TestConsumerDeletesUnparsableAndRedeliversFailures(t *testing.T) {
+	s := awsemu.StartT(t, awsemu.Options{})
+	rec := newRecorder()
+	rec.fail["evt-retry"] = 1
+	unparsableBefore := testutil.ToFloat64(interruption.MessagesTotal.WithLabelValues(string(interruption.KindNoOp), interruption.OutcomeUnparsable))
+	failedBefore := testutil.ToFloat64(interruption.MessagesTotal.WithLabelValues(string(interruption.KindSpotInterruption), interruption.OutcomeFailed))
+	api, url, stop := run(t, s, rec)
+	send := func(body string) {
+		t.Helper()
+		if _, err := api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("this is not an event")
+	send(`{"source":"aws.ec2","detail-type":"EC2 Spot Instance Interruption Warning","time":"2026-11-29T20:57:42Z","detail":{"instance-id":"nope"}}`)
+	send(spotEvent("evt-retry", "i-0000000000000abcd"))
+	unknown, err := os.ReadFile(filepath.Join("testdata", "unknown-kind.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(string(unknown))
+	// After one failure and the 1 s visibility timeout, the retried event.
+	waitHandled(t, rec, 1)
+	waitEmpty(t, s, "lifeboat-interruption")
+	stop()
+	if got := testutil.ToFloat64(interruption.MessagesTotal.WithLabelValues(string(interruption.KindNoOp), interruption.OutcomeUnparsable)) - unparsableBefore; got != 2 {
+		t.Errorf("unparsable counted %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(interruption.MessagesTotal.WithLabelValues(string(interruption.KindSpotInterruption), interruption.OutcomeFailed)) - failedBefore; got != 1 {
+		t.Errorf("failed handling counted %v, want 1", got)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.byEvent["evt-retry"] != 1 {
+		t.Errorf("failed message handled %d times after redelivery, want 1", rec.byEvent["evt-retry"])
+	}
+	if len(rec.byEvent) != 1 {
+		t.Errorf("handler saw %v; the unknown kind must not reach it", rec.byEvent)
+	}
+}

@@ -1,0 +1,453 @@
+// Package scenario defines the simulation's scenario files: the cluster, the workloads, the
+// warm pool, the timing model and the interruption events of one run, and the modes to
+// compare. Files are YAML; every error names the field and the line (docs/SIMULATION.md).
+package scenario
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Mode is one way of running a scenario.
+type Mode string
+
+const (
+	// ModeBaseline is Karpenter alone.
+	ModeBaseline Mode = "baseline"
+	// ModeLifeboat adds Lifeboat's webhook, scheduler and controller with the WarmPool.
+	ModeLifeboat Mode = "lifeboat"
+	// ModeOverprovisioning keeps balloon Pods sized to the same protection on running nodes.
+	ModeOverprovisioning Mode = "overprovisioning"
+)
+
+// Scenario is one scenario file.
+type Scenario struct {
+	Name        string   `yaml:"name"`
+	Description string   `yaml:"description,omitempty"`
+	Duration    Duration `yaml:"duration"`
+	Seed        int64    `yaml:"seed,omitempty"`
+	// Modes to run; default baseline, plus lifeboat when WarmPool is set.
+	Modes     []Mode     `yaml:"modes,omitempty"`
+	Cluster   Cluster    `yaml:"cluster"`
+	Timing    Timing     `yaml:"timing"`
+	Workloads []Workload `yaml:"workloads"`
+	WarmPool  *WarmPool  `yaml:"warmPool,omitempty"`
+	Events    []Event    `yaml:"events"`
+	// Shortened lists durations the scenario shortened from production values so a run fits
+	// a demo (e.g. activeDuration); reports print them.
+	Shortened []string `yaml:"shortened,omitempty"`
+}
+
+// Cluster is the capacity the scenario runs on.
+type Cluster struct {
+	Zones         []string       `yaml:"zones"`
+	InstanceTypes []InstanceType `yaml:"instanceTypes"`
+	// SpotDiscount is the Spot price as a fraction of On-Demand (default 0.35).
+	SpotDiscount float64 `yaml:"spotDiscount,omitempty"`
+}
+
+// InstanceType is offered in every zone, Spot and On-Demand.
+type InstanceType struct {
+	Name        string  `yaml:"name"`
+	CPU         string  `yaml:"cpu"`
+	Memory      string  `yaml:"memory"`
+	Pods        int     `yaml:"pods,omitempty"`
+	OnDemandUSD float64 `yaml:"onDemandPrice"`
+}
+
+// Timing is the timing model; every figure is a distribution (mean ± jitter).
+type Timing struct {
+	// NoticeSeconds is the Spot notice (AWS: 120 s).
+	Notice Duration `yaml:"notice"`
+	// KarpenterBoot: NodeClaim launch → Node Ready (FACTS: 30–40 s typical, up to 80 s).
+	KarpenterBoot Dist `yaml:"karpenterBoot"`
+	// LifeboatResume: StartInstances → Node Ready for a hibernated node (FACTS: ~20 s).
+	LifeboatResume Dist `yaml:"lifeboatResume"`
+	// ImagePullCold on a fresh node; ImagePullCached on a pre-warmed one.
+	ImagePullCold   Dist `yaml:"imagePullCold"`
+	ImagePullCached Dist `yaml:"imagePullCached"`
+	// AppStart: container start → Ready.
+	AppStart Dist `yaml:"appStart"`
+}
+
+// Dist is a duration with uniform jitter: Mean ± Jitter.
+type Dist struct {
+	Mean   Duration `yaml:"mean"`
+	Jitter Duration `yaml:"jitter,omitempty"`
+}
+
+// Workload is one Deployment, StatefulSet or Job of the scenario.
+type Workload struct {
+	Name      string `yaml:"name"`
+	Namespace string `yaml:"namespace"`
+	Kind      string `yaml:"kind"` // Deployment, StatefulSet, Job
+	Replicas  int32  `yaml:"replicas"`
+	CPU       string `yaml:"cpu"`
+	Memory    string `yaml:"memory"`
+	// Tier: critical, stateless, checkpointed, best-effort (DESIGN.md "Tiers").
+	Tier string `yaml:"tier,omitempty"`
+	// Protected turns Lifeboat on for the workload (in lifeboat mode).
+	Protected bool `yaml:"protected"`
+	// PDBMaxUnavailable is "20%" or "1"; empty means no PDB.
+	PDBMaxUnavailable string `yaml:"pdbMaxUnavailable,omitempty"`
+	// GracePeriod is terminationGracePeriodSeconds.
+	GracePeriod Duration `yaml:"gracePeriod,omitempty"`
+	// RunFor is how long a Job's Pods work before completing.
+	RunFor Duration `yaml:"runFor,omitempty"`
+	// CapacityType pins the workload: "spot", "on-demand" or empty (either).
+	CapacityType string `yaml:"capacityType,omitempty"`
+}
+
+// WarmPool is the WarmPool spec used in lifeboat mode (a subset with the simulation's needs).
+type WarmPool struct {
+	Size           string   `yaml:"size"` // a number or "auto"
+	InstanceTypes  []string `yaml:"instanceTypes"`
+	ActiveDuration Duration `yaml:"activeDuration"`
+	Handoff        string   `yaml:"handoff,omitempty"`  // AfterActiveDuration, WhenReplacementReady
+	AfterUse       string   `yaml:"afterUse,omitempty"` // Terminate, Rehibernate
+	// EBSGiBPerNode prices the hibernated volume (cost model).
+	EBSGiBPerNode int `yaml:"ebsGiBPerNode,omitempty"`
+}
+
+// EventKind is what happens at an event's time.
+type EventKind string
+
+const (
+	// EventBurst: Count nodes of Pool get notices spread over Spread (correlated reclaim).
+	EventBurst EventKind = "burst"
+	// EventNotice: one node of Pool gets a notice.
+	EventNotice EventKind = "notice"
+	// EventRebalance: a rebalance recommendation for Count nodes of Pool.
+	EventRebalance EventKind = "rebalance"
+	// EventICE: Pool (or every Spot pool when Pool.InstanceType is "*") has no capacity For.
+	EventICE EventKind = "ice"
+)
+
+// Event is one scheduled market event.
+type Event struct {
+	At     Duration  `yaml:"at"`
+	Kind   EventKind `yaml:"kind"`
+	Pool   Pool      `yaml:"pool"`
+	Count  int       `yaml:"count,omitempty"`
+	Spread Duration  `yaml:"spread,omitempty"`
+	For    Duration  `yaml:"for,omitempty"`
+}
+
+// Pool names a capacity pool: instance type × zone (× capacity type, Spot for notices).
+// An empty InstanceType or Zone means "the busiest" at event time.
+type Pool struct {
+	InstanceType string `yaml:"instanceType,omitempty"`
+	Zone         string `yaml:"zone,omitempty"`
+	CapacityType string `yaml:"capacityType,omitempty"`
+}
+
+// Duration is a time.Duration written as "90s", "2m".
+type Duration struct{ time.Duration }
+
+// UnmarshalYAML parses Go duration strings.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"90s\" or \"2m\"", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (use e.g. \"90s\", \"2m\")", n.Line, s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// FieldError is a problem with one field of a scenario file.
+type FieldError struct {
+	Field string // dotted path, e.g. workloads[1].replicas
+	Line  int    // 1-based; 0 when unknown
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// Parse decodes and validates a scenario file. Unknown fields are errors; every error names
+// the field and its line.
+func Parse(name string, data []byte) (*Scenario, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	s := &Scenario{}
+	if err := dec.Decode(s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: the file is empty", name)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.applyDefaults()
+	if errs := s.Validate(); len(errs) > 0 {
+		msgs := make([]string, 0, len(errs))
+		for _, e := range errs {
+			e.Line = lineOf(&root, e.Field)
+			msgs = append(msgs, e.Error())
+		}
+		return nil, fmt.Errorf("%s: invalid scenario:\n  %s", name, strings.Join(msgs, "\n  "))
+	}
+	return s, nil
+}
+
+func (s *Scenario) applyDefaults() {
+	if len(s.Modes) == 0 {
+		s.Modes = []Mode{ModeBaseline}
+		if s.WarmPool != nil {
+			s.Modes = append(s.Modes, ModeLifeboat)
+		}
+	}
+	if s.Timing.Notice.Duration == 0 {
+		s.Timing.Notice.Duration = 120 * time.Second
+	}
+	if s.Cluster.SpotDiscount == 0 {
+		s.Cluster.SpotDiscount = 0.35
+	}
+	for i := range s.Workloads {
+		w := &s.Workloads[i]
+		if w.Namespace == "" {
+			w.Namespace = "default"
+		}
+		if w.Tier == "" {
+			switch w.Kind {
+			case "StatefulSet":
+				w.Tier = "checkpointed"
+			case "Job":
+				w.Tier = "best-effort"
+			default:
+				w.Tier = "stateless"
+			}
+		}
+	}
+	if s.WarmPool != nil {
+		if s.WarmPool.Handoff == "" {
+			s.WarmPool.Handoff = "AfterActiveDuration"
+		}
+		if s.WarmPool.AfterUse == "" {
+			s.WarmPool.AfterUse = "Terminate"
+		}
+		if s.WarmPool.ActiveDuration.Duration == 0 {
+			s.WarmPool.ActiveDuration.Duration = 5 * time.Minute
+		}
+		if s.WarmPool.EBSGiBPerNode == 0 {
+			s.WarmPool.EBSGiBPerNode = 40
+		}
+	}
+}
+
+// Validate checks the decoded scenario; field paths follow the YAML keys.
+func (s *Scenario) Validate() []*FieldError {
+	var errs []*FieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if s.Name == "" {
+		bad("name", "required")
+	}
+	if s.Duration.Duration <= 0 {
+		bad("duration", "must be > 0 (e.g. \"10m\")")
+	}
+	for i, m := range s.Modes {
+		switch m {
+		case ModeBaseline, ModeLifeboat, ModeOverprovisioning:
+		default:
+			bad(fmt.Sprintf("modes[%d]", i), "unknown mode %q (baseline, lifeboat, overprovisioning)", m)
+		}
+	}
+	if len(s.Cluster.Zones) == 0 {
+		bad("cluster.zones", "at least one zone")
+	}
+	if len(s.Cluster.InstanceTypes) == 0 {
+		bad("cluster.instanceTypes", "at least one instance type")
+	}
+	types := map[string]bool{}
+	for i, it := range s.Cluster.InstanceTypes {
+		f := fmt.Sprintf("cluster.instanceTypes[%d]", i)
+		if it.Name == "" {
+			bad(f+".name", "required")
+		}
+		if types[it.Name] {
+			bad(f+".name", "duplicate instance type %q", it.Name)
+		}
+		types[it.Name] = true
+		if !isQuantity(it.CPU) {
+			bad(f+".cpu", "want a CPU quantity such as \"2\" or \"1500m\", got %q", it.CPU)
+		}
+		if !isQuantity(it.Memory) {
+			bad(f+".memory", "want a memory quantity such as \"8Gi\", got %q", it.Memory)
+		}
+		if it.OnDemandUSD <= 0 {
+			bad(f+".onDemandPrice", "must be > 0 (USD per hour)")
+		}
+	}
+	if s.Cluster.SpotDiscount <= 0 || s.Cluster.SpotDiscount > 1 {
+		bad("cluster.spotDiscount", "must be in (0, 1]")
+	}
+	for name, d := range map[string]Dist{
+		"timing.karpenterBoot": s.Timing.KarpenterBoot, "timing.lifeboatResume": s.Timing.LifeboatResume,
+		"timing.imagePullCold": s.Timing.ImagePullCold, "timing.imagePullCached": s.Timing.ImagePullCached,
+		"timing.appStart": s.Timing.AppStart,
+	} {
+		if d.Mean.Duration < 0 || d.Jitter.Duration < 0 || d.Jitter.Duration > d.Mean.Duration {
+			bad(name, "mean must be ≥ 0 and jitter between 0 and mean")
+		}
+	}
+	if len(s.Workloads) == 0 {
+		bad("workloads", "at least one workload")
+	}
+	seen := map[string]bool{}
+	for i, w := range s.Workloads {
+		f := fmt.Sprintf("workloads[%d]", i)
+		if w.Name == "" {
+			bad(f+".name", "required")
+		}
+		if seen[w.Namespace+"/"+w.Name] {
+			bad(f+".name", "duplicate workload %s/%s", w.Namespace, w.Name)
+		}
+		seen[w.Namespace+"/"+w.Name] = true
+		switch w.Kind {
+		case "Deployment", "StatefulSet", "Job":
+		default:
+			bad(f+".kind", "want Deployment, StatefulSet or Job, got %q", w.Kind)
+		}
+		if w.Replicas <= 0 {
+			bad(f+".replicas", "must be > 0")
+		}
+		if !isQuantity(w.CPU) {
+			bad(f+".cpu", "want a CPU quantity such as \"250m\", got %q", w.CPU)
+		}
+		if !isQuantity(w.Memory) {
+			bad(f+".memory", "want a memory quantity such as \"512Mi\", got %q", w.Memory)
+		}
+		switch w.Tier {
+		case "critical", "stateless", "checkpointed", "best-effort":
+		default:
+			bad(f+".tier", "want critical, stateless, checkpointed or best-effort, got %q", w.Tier)
+		}
+		if w.PDBMaxUnavailable != "" {
+			if _, err := ParseMaxUnavailable(w.PDBMaxUnavailable); err != nil {
+				bad(f+".pdbMaxUnavailable", "%v", err)
+			}
+		}
+		switch w.CapacityType {
+		case "", "spot", "on-demand":
+		default:
+			bad(f+".capacityType", "want spot, on-demand or empty, got %q", w.CapacityType)
+		}
+	}
+	if wp := s.WarmPool; wp != nil {
+		if wp.Size != "auto" && !isNonNegInt(wp.Size) {
+			bad("warmPool.size", "want a number ≥ 0 or \"auto\", got %q", wp.Size)
+		}
+		if len(wp.InstanceTypes) == 0 {
+			bad("warmPool.instanceTypes", "at least one instance type")
+		}
+		for i, t := range wp.InstanceTypes {
+			if !types[t] {
+				bad(fmt.Sprintf("warmPool.instanceTypes[%d]", i), "%q is not in cluster.instanceTypes", t)
+			}
+		}
+		if wp.Handoff != "AfterActiveDuration" && wp.Handoff != "WhenReplacementReady" {
+			bad("warmPool.handoff", "want AfterActiveDuration or WhenReplacementReady, got %q", wp.Handoff)
+		}
+		if wp.AfterUse != "Terminate" && wp.AfterUse != "Rehibernate" {
+			bad("warmPool.afterUse", "want Terminate or Rehibernate, got %q", wp.AfterUse)
+		}
+	}
+	for _, m := range s.Modes {
+		if m == ModeLifeboat && s.WarmPool == nil {
+			bad("warmPool", "required when modes include lifeboat")
+		}
+	}
+	zones := map[string]bool{}
+	for _, z := range s.Cluster.Zones {
+		zones[z] = true
+	}
+	for i, e := range s.Events {
+		f := fmt.Sprintf("events[%d]", i)
+		if e.At.Duration < 0 || (s.Duration.Duration > 0 && e.At.Duration >= s.Duration.Duration) {
+			bad(f+".at", "must be within the scenario's duration")
+		}
+		if e.Pool.InstanceType != "" && e.Pool.InstanceType != "*" && !types[e.Pool.InstanceType] {
+			bad(f+".pool.instanceType", "%q is not in cluster.instanceTypes", e.Pool.InstanceType)
+		}
+		if e.Pool.Zone != "" && !zones[e.Pool.Zone] {
+			bad(f+".pool.zone", "%q is not in cluster.zones", e.Pool.Zone)
+		}
+		switch e.Kind {
+		case EventBurst, EventRebalance:
+			if e.Count <= 0 {
+				bad(f+".count", "must be > 0 for a %s", e.Kind)
+			}
+		case EventNotice:
+		case EventICE:
+			if e.For.Duration <= 0 {
+				bad(f+".for", "must be > 0 for an ice event (how long the pool has no capacity)")
+			}
+		default:
+			bad(f+".kind", "want burst, notice, rebalance or ice, got %q", e.Kind)
+		}
+	}
+	return errs
+}
+
+// lineOf finds the line of a dotted field path (a.b[2].c) in the YAML tree; the nearest
+// existing ancestor's line when the field itself is absent.
+func lineOf(root *yaml.Node, path string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, part := range strings.Split(path, ".") {
+		key, idx := part, -1
+		if i := strings.IndexByte(part, '['); i >= 0 {
+			key = part[:i]
+			fmt.Sscanf(part[i:], "[%d]", &idx)
+		}
+		next := mapValue(n, key)
+		if next == nil {
+			return line
+		}
+		n, line = next, next.Line
+		if idx >= 0 {
+			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
+				return line
+			}
+			n = n.Content[idx]
+			line = n.Line
+		}
+	}
+	return line
+}
+
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
