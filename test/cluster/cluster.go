@@ -57,6 +57,8 @@ type Options struct {
 	// SchedulerConfig replaces the stock scheduler's KubeSchedulerConfiguration (YAML); the
 	// harness fills in clientConnection.kubeconfig and disables leader election.
 	SchedulerConfig string
+	// DelaySeed makes the delay rules' jitter reproducible.
+	DelaySeed int64
 	// KarpenterRegistrationDelay: how long Karpenter's KWOK provider waits before it creates
 	// the Node of a new NodeClaim (instance launch). Boot delays add to it.
 	KarpenterRegistrationDelay time.Duration
@@ -570,7 +572,7 @@ func (c *Cluster) startKWOK(ctx, bgCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dc := &delayController{client: c.client, nodeRules: c.opts.NodeBootDelays, podRules: c.opts.PodStartDelays}
+	dc := &delayController{client: c.client, nodeRules: c.opts.NodeBootDelays, podRules: c.opts.PodStartDelays, seed: c.opts.DelaySeed}
 	if err := dc.run(bgCtx); err != nil {
 		return err
 	}

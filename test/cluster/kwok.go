@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"time"
 
@@ -44,19 +45,32 @@ const (
 )
 
 // DelayRule gives a delay to Nodes whose labels match Selector (all key/values). Rules are
-// evaluated in order; the first match wins; no match means no delay.
+// evaluated in order; the first match wins; no match means no delay. Jitter spreads the delay
+// uniformly over Delay ± Jitter, deterministically per object name and DelaySeed.
 type DelayRule struct {
 	Selector map[string]string
 	Delay    time.Duration
+	Jitter   time.Duration
 }
 
-func matchDelay(rules []DelayRule, nodeLabels map[string]string) time.Duration {
+func matchDelay(rules []DelayRule, nodeLabels map[string]string, seed int64, name string) time.Duration {
 	for _, r := range rules {
 		if labels.SelectorFromSet(r.Selector).Matches(labels.Set(nodeLabels)) {
-			return r.Delay
+			return r.Delay + jitter(r.Jitter, seed, name)
 		}
 	}
 	return 0
+}
+
+// jitter is a deterministic value in [-j, +j] for (seed, name).
+func jitter(j time.Duration, seed int64, name string) time.Duration {
+	if j <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", seed, name)
+	u := float64(h.Sum64()%1_000_000) / 1_000_000 // [0,1)
+	return time.Duration((2*u - 1) * float64(j))
 }
 
 // kwokStages is the KWOK configuration: this project's Node and Pod stages.
@@ -376,6 +390,7 @@ type delayController struct {
 	client    kubernetes.Interface
 	nodeRules []DelayRule
 	podRules  []DelayRule
+	seed      int64
 	nodes     cache.Indexer
 }
 
@@ -467,7 +482,7 @@ func (d *delayController) annotateNode(ctx context.Context, name string) error {
 	if n.Annotations[AnnotationReadyAt] != "" {
 		return nil
 	}
-	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels))
+	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, d.seed, n.Name))
 	return patchAnnotation(ctx, d.client.CoreV1().Nodes().Patch, "", name, AnnotationReadyAt, readyAt)
 }
 
@@ -497,10 +512,10 @@ func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedN
 	} else {
 		return fmt.Errorf("node %s of pod %s not in cache yet", pod.Spec.NodeName, key)
 	}
-	startAt := time.Now().Add(matchDelay(d.podRules, nodeLabels))
+	startAt := time.Now().Add(matchDelay(d.podRules, nodeLabels, d.seed, key.Name))
 	// A container cannot start before its node has booted.
 	if ready, err := time.Parse(time.RFC3339Nano, nodeReadyAt); err == nil && ready.After(time.Now()) {
-		startAt = ready.Add(matchDelay(d.podRules, nodeLabels))
+		startAt = ready.Add(matchDelay(d.podRules, nodeLabels, d.seed, key.Name))
 	}
 	err = patchAnnotation(ctx, d.client.CoreV1().Pods(key.Namespace).Patch, key.Namespace, key.Name, AnnotationStartAt, startAt)
 	if apierrors.IsNotFound(err) {

@@ -1,0 +1,123 @@
+// Package policy holds Lifeboat's admission decisions as pure functions: whether a workload or
+// Pod is protected (DESIGN.md "Policy"), which tier it gets, what a protected Pod must look like
+// (DESIGN.md "Tiers") and what a protected workload is missing. Nothing here talks to the API;
+// the webhooks fetch state from informer caches, call these functions and write the answer.
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+)
+
+// DefaultNoticeBudget is the Spot interruption notice (AWS EC2 docs,
+// spot-instance-termination-notices): a Pod that needs longer to stop is killed mid-shutdown.
+const DefaultNoticeBudget = 120 * time.Second
+
+// Tiers lists every placement tier in a stable order.
+var Tiers = []v1alpha1.Tier{
+	v1alpha1.TierCritical, v1alpha1.TierStateless, v1alpha1.TierCheckpointed, v1alpha1.TierBestEffort,
+}
+
+// DefaultPriorityClasses are the PriorityClasses of the four tiers (shipped in
+// manifests/webhook/priorityclasses.yaml).
+func DefaultPriorityClasses() map[v1alpha1.Tier]string {
+	return map[v1alpha1.Tier]string{
+		v1alpha1.TierCritical:     v1alpha1.PriorityClassCritical,
+		v1alpha1.TierStateless:    v1alpha1.PriorityClassStateless,
+		v1alpha1.TierCheckpointed: v1alpha1.PriorityClassCheckpointed,
+		v1alpha1.TierBestEffort:   v1alpha1.PriorityClassBestEffort,
+	}
+}
+
+// Config is what an operator can tune. The zero value is not valid; start from DefaultConfig.
+type Config struct {
+	// PriorityClasses maps each tier to the class the webhook assigns. These classes are the
+	// allowlist: the webhook never assigns any other class.
+	PriorityClasses map[v1alpha1.Tier]string
+	// SchedulerName is written into protected Pods that use the default scheduler; empty leaves
+	// schedulerName alone.
+	SchedulerName string
+	// SpotTaintKey is the key of the taint on Spot nodes that protected Pods of Spot tiers tolerate.
+	SpotTaintKey string
+	// NoticeBudget is how long a Pod may take to stop before the warning about a long shutdown.
+	NoticeBudget time.Duration
+	// OwnNamespace is Lifeboat's namespace; like the system namespaces it is never touched.
+	OwnNamespace string
+}
+
+// DefaultConfig is the configuration DESIGN.md describes.
+func DefaultConfig() Config {
+	return Config{
+		PriorityClasses: DefaultPriorityClasses(),
+		SchedulerName:   v1alpha1.SchedulerName,
+		SpotTaintKey:    v1alpha1.TaintSpot,
+		NoticeBudget:    DefaultNoticeBudget,
+		OwnNamespace:    v1alpha1.DefaultNamespace,
+	}
+}
+
+// Validate rejects configurations that would let the webhook escalate Pods into system classes
+// or leave a tier without a class.
+func (c Config) Validate() error {
+	var errs []string
+	for _, t := range Tiers {
+		name := c.PriorityClasses[t]
+		switch {
+		case name == "":
+			errs = append(errs, fmt.Sprintf("tier %s has no PriorityClass", t))
+		case strings.HasPrefix(name, "system-"):
+			errs = append(errs, fmt.Sprintf("tier %s maps to %q: classes with the system- prefix are reserved for cluster components and never assigned by Lifeboat", t, name))
+		}
+	}
+	for t := range c.PriorityClasses {
+		if !IsTier(string(t)) {
+			errs = append(errs, fmt.Sprintf("%q is not a tier (use one of %s)", t, tierList()))
+		}
+	}
+	if c.SpotTaintKey == "" {
+		errs = append(errs, "spot taint key is empty")
+	}
+	if c.NoticeBudget <= 0 {
+		errs = append(errs, "notice budget must be positive")
+	}
+	if c.OwnNamespace == "" {
+		errs = append(errs, "own namespace is empty")
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return fmt.Errorf("invalid lifeboat policy configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Allowed reports whether name is one of the classes the webhook may assign.
+func (c Config) Allowed(name string) bool {
+	for _, n := range c.PriorityClasses {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// IsTier reports whether s names a tier.
+func IsTier(s string) bool {
+	for _, t := range Tiers {
+		if string(t) == s {
+			return true
+		}
+	}
+	return false
+}
+
+func tierList() string {
+	names := make([]string, len(Tiers))
+	for i, t := range Tiers {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}

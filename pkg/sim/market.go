@@ -1,0 +1,279 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
+	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
+	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+)
+
+// Notifier delivers a Spot interruption notice for a node to Lifeboat's queue (the emulated
+// SQS queue in lifeboat mode; nothing in baseline mode, where only Karpenter reacts).
+type Notifier interface {
+	NotifySpotInterruption(ctx context.Context, node *corev1.Node, at time.Time) error
+}
+
+type noNotifier struct{}
+
+func (noNotifier) NotifySpotInterruption(context.Context, *corev1.Node, time.Time) error { return nil }
+
+// market plays a scenario's events on a running cluster the way AWS and Karpenter's AWS
+// provider do: per notice, a message to Lifeboat's queue, the NodeClaim deleted and a
+// SpotInterrupted Warning event on NodeClaim and Node (Karpenter's interruption controller),
+// and at notice + notice budget the reclaim: the Node and every Pod on it gone at once.
+type market struct {
+	c        *cluster.Cluster
+	s        *scenario.Scenario
+	obs      *observer
+	notifier Notifier
+
+	mu       sync.Mutex
+	markers  []report.Marker
+	killed   map[string]int // workload key → Pods killed at reclaim
+	noticed  map[string]bool
+	reclaims sync.WaitGroup
+}
+
+func (m *market) mark(at time.Time, kind, label string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.markers = append(m.markers, report.Marker{At: at.Sub(m.obs.start).Round(100 * time.Millisecond), Kind: kind, Label: label})
+}
+
+// play runs every event at its time after t0 (the observer's start); it returns when all
+// events and reclaims are done or ctx ends.
+func (m *market) play(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	events := append([]scenario.Event(nil), m.s.Events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].At.Duration < events[j].At.Duration })
+	for _, ev := range events {
+		if err := sleepUntil(ctx, m.obs.start.Add(ev.At.Duration)); err != nil {
+			return err
+		}
+		logger.Info("market event", "kind", ev.Kind, "pool", ev.Pool, "count", ev.Count)
+		switch ev.Kind {
+		case scenario.EventBurst, scenario.EventNotice:
+			count := ev.Count
+			if ev.Kind == scenario.EventNotice || count == 0 {
+				count = 1
+			}
+			victims := m.pickVictims(ev.Pool, count)
+			if len(victims) == 0 {
+				m.mark(time.Now(), "note", "no node in the pool to interrupt")
+				continue
+			}
+			for i, n := range victims {
+				delay := time.Duration(0)
+				if len(victims) > 1 {
+					delay = ev.Spread.Duration * time.Duration(i) / time.Duration(len(victims)-1)
+				}
+				if err := sleepUntil(ctx, m.obs.start.Add(ev.At.Duration+delay)); err != nil {
+					return err
+				}
+				if err := m.interrupt(ctx, n); err != nil {
+					logger.Error(err, "interrupt", "node", n.Name)
+				}
+			}
+		case scenario.EventRebalance:
+			m.mark(time.Now(), "rebalance", fmt.Sprintf("rebalance recommendation ×%d", ev.Count))
+		case scenario.EventICE:
+			if err := m.ice(ctx, ev); err != nil {
+				return err
+			}
+		}
+	}
+	m.reclaims.Wait()
+	return nil
+}
+
+// pickVictims chooses count Spot nodes of the pool; an open pool means the busiest one (most
+// scenario Pods), as a correlated reclaim hits the pool that holds the most.
+func (m *market) pickVictims(p scenario.Pool, count int) []*corev1.Node {
+	byPool := map[string][]*corev1.Node{}
+	podCount := map[string]int{}
+	for _, obj := range m.obs.nodes.List() {
+		n := obj.(*corev1.Node)
+		if nodeKind(n) != "karpenter-spot" || n.DeletionTimestamp != nil || m.wasNoticed(n.Name) {
+			continue
+		}
+		if p.InstanceType != "" && p.InstanceType != "*" && n.Labels[corev1.LabelInstanceTypeStable] != p.InstanceType {
+			continue
+		}
+		if p.Zone != "" && n.Labels[corev1.LabelTopologyZone] != p.Zone {
+			continue
+		}
+		k := poolKey(n)
+		byPool[k] = append(byPool[k], n)
+		podCount[k] += len(m.obs.podsOnNode(n.Name))
+	}
+	best := ""
+	for k := range byPool {
+		if best == "" || podCount[k] > podCount[best] || (podCount[k] == podCount[best] && k < best) {
+			best = k
+		}
+	}
+	nodes := byPool[best]
+	sort.Slice(nodes, func(i, j int) bool {
+		pi, pj := len(m.obs.podsOnNode(nodes[i].Name)), len(m.obs.podsOnNode(nodes[j].Name))
+		if pi != pj {
+			return pi > pj
+		}
+		return nodes[i].Name < nodes[j].Name
+	})
+	if len(nodes) > count {
+		nodes = nodes[:count]
+	}
+	return nodes
+}
+
+func (m *market) wasNoticed(node string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.noticed[node]
+}
+
+// interrupt delivers one notice and schedules the reclaim.
+func (m *market) interrupt(ctx context.Context, n *corev1.Node) error {
+	now := time.Now()
+	m.mu.Lock()
+	m.noticed[n.Name] = true
+	m.mu.Unlock()
+	m.mark(now, "notice", "notice "+n.Name)
+	if err := m.notifier.NotifySpotInterruption(ctx, n, now); err != nil {
+		return fmt.Errorf("notify %s: %w", n.Name, err)
+	}
+	claim := n.Labels["karpenter.sh/nodeclaim"]
+	if claim == "" {
+		claim = nodeClaimOf(n)
+	}
+	if err := m.recordSpotInterrupted(ctx, n, claim); err != nil {
+		return err
+	}
+	if claim != "" {
+		err := m.c.Dynamic().Resource(cluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete NodeClaim %s: %w", claim, err)
+		}
+	}
+	m.reclaims.Add(1)
+	go func() {
+		defer m.reclaims.Done()
+		if err := sleepUntil(ctx, now.Add(m.s.Timing.Notice.Duration)); err != nil {
+			return
+		}
+		m.reclaim(context.WithoutCancel(ctx), n.Name)
+	}()
+	return nil
+}
+
+func nodeClaimOf(n *corev1.Node) string {
+	for _, o := range n.OwnerReferences {
+		if o.Kind == "NodeClaim" {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// recordSpotInterrupted writes the Warning events Karpenter's AWS interruption controller
+// records (reason SpotInterrupted) on the NodeClaim and the Node.
+func (m *market) recordSpotInterrupted(ctx context.Context, n *corev1.Node, claim string) error {
+	objs := []corev1.ObjectReference{{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}}
+	if claim != "" {
+		objs = append(objs, corev1.ObjectReference{Kind: "NodeClaim", Name: claim, APIVersion: "karpenter.sh/v1"})
+	}
+	now := metav1.Now()
+	for _, ref := range objs {
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: ref.Name + ".", Namespace: "default"},
+			InvolvedObject: ref,
+			Reason:         "SpotInterrupted",
+			Message:        "Spot interruption warning was triggered",
+			Type:           corev1.EventTypeWarning,
+			Source:         corev1.EventSource{Component: "karpenter"},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		}
+		if _, err := m.c.Client().CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("record SpotInterrupted on %s %s: %w", ref.Kind, ref.Name, err)
+		}
+	}
+	return nil
+}
+
+// reclaim takes the instance away: every Pod still running on the node dies at once (counted
+// as killed), then the Node goes.
+func (m *market) reclaim(ctx context.Context, node string) {
+	logger := klog.FromContext(ctx)
+	m.mark(time.Now(), "reclaim", "reclaim "+node)
+	for _, p := range m.obs.podsOnNode(node) {
+		m.mu.Lock()
+		m.killed[p.Namespace+"/"+p.Labels[LabelWorkload]]++
+		m.mu.Unlock()
+		err := m.c.Client().CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			logger.Error(err, "kill pod at reclaim", "pod", klog.KObj(p))
+		}
+	}
+	// Drop Karpenter's termination finalizer: the instance is gone, nothing is left to drain.
+	_, err := m.c.Client().CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "clear node finalizers at reclaim", "node", node)
+	}
+	if err := m.c.Client().CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "delete node at reclaim", "node", node)
+	}
+}
+
+// ice models a capacity crunch: the default NodePool stops allowing Spot for the period, so
+// Karpenter launches On-Demand; then Spot is allowed again. (Karpenter's KWOK provider reads
+// its offerings once at start, so unavailability is expressed through the NodePool.)
+func (m *market) ice(ctx context.Context, ev scenario.Event) error {
+	patch := func(types string) error {
+		body := fmt.Sprintf(`{"spec":{"template":{"spec":{"requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":[%s]},{"key":"kubernetes.io/os","operator":"In","values":["linux"]}]}}}}`, types)
+		_, err := m.c.Dynamic().Resource(cluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	m.mark(time.Now(), "ice", "Spot capacity unavailable")
+	if err := patch(`"on-demand"`); err != nil {
+		return fmt.Errorf("ice: restrict NodePool to on-demand: %w", err)
+	}
+	m.reclaims.Add(1)
+	go func() {
+		defer m.reclaims.Done()
+		if sleepUntil(ctx, time.Now().Add(ev.For.Duration)) != nil {
+			return
+		}
+		m.mark(time.Now(), "ice-end", "Spot capacity back")
+		if err := patch(`"spot","on-demand"`); err != nil {
+			klog.FromContext(ctx).Error(err, "ice: allow spot again")
+		}
+	}()
+	return nil
+}
+
+const typesMerge = types.MergePatchType
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

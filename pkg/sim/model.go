@@ -1,0 +1,157 @@
+// Package sim is the spot-market simulation: it runs a scenario on the real local control
+// plane (test/cluster) once per mode — Karpenter alone, with Lifeboat, with overprovisioning —
+// samples availability every second and reports the modes side by side (pkg/sim/report).
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
+	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+)
+
+// WarmPoolName is the WarmPool the simulation creates in lifeboat mode.
+const WarmPoolName = "sim"
+
+// LabelWorkload marks the Pods of a scenario workload with its name.
+const LabelWorkload = "sim.lifeboat.dev/workload"
+
+// instanceTypes converts the scenario's catalog: every type in every zone, Spot and On-Demand.
+func instanceTypes(s *scenario.Scenario) []cluster.InstanceType {
+	var out []cluster.InstanceType
+	for _, it := range s.Cluster.InstanceTypes {
+		pods := it.Pods
+		if pods == 0 {
+			pods = 29
+		}
+		t := cluster.InstanceType{Name: it.Name, CPU: it.CPU, Memory: it.Memory, Pods: fmt.Sprint(pods)}
+		for _, z := range s.Cluster.Zones {
+			t.Offerings = append(t.Offerings,
+				cluster.Offering{Zone: z, CapacityType: "spot", Price: it.OnDemandUSD * s.Cluster.SpotDiscount, Available: true},
+				cluster.Offering{Zone: z, CapacityType: "on-demand", Price: it.OnDemandUSD, Available: true})
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// onDemandPrice is the hourly On-Demand price of an instance type (0 when unknown).
+func onDemandPrice(s *scenario.Scenario, instanceType string) float64 {
+	for _, it := range s.Cluster.InstanceTypes {
+		if it.Name == instanceType {
+			return it.OnDemandUSD
+		}
+	}
+	return 0
+}
+
+// clusterOptions derives the local control plane's timing model from the scenario: Karpenter
+// nodes boot in karpenterBoot and pull images cold; pool nodes resume in lifeboatResume (the
+// AWS emulator applies that delay) and start Pods from cached images.
+func clusterOptions(s *scenario.Scenario) cluster.Options {
+	t := s.Timing
+	return cluster.Options{
+		Karpenter:     true,
+		InstanceTypes: instanceTypes(s),
+		DelaySeed:     s.Seed,
+		NodeBootDelays: []cluster.DelayRule{
+			{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: t.KarpenterBoot.Mean.Duration, Jitter: t.KarpenterBoot.Jitter.Duration},
+		},
+		PodStartDelays: []cluster.DelayRule{
+			{Selector: map[string]string{v1alpha1.LabelPool: WarmPoolName}, Delay: t.ImagePullCached.Mean.Duration + t.AppStart.Mean.Duration,
+				Jitter: t.ImagePullCached.Jitter.Duration + t.AppStart.Jitter.Duration},
+			{Selector: map[string]string{}, Delay: t.ImagePullCold.Mean.Duration + t.AppStart.Mean.Duration,
+				Jitter: t.ImagePullCold.Jitter.Duration + t.AppStart.Jitter.Duration},
+		},
+	}
+}
+
+// objects renders a workload as the Kubernetes objects to create: the workload and its PDB.
+// In lifeboat mode protection comes from the namespace/workload labels the webhook reads.
+func objects(w scenario.Workload, protect bool) (workload any, pdb *policyv1.PodDisruptionBudget) {
+	labels := map[string]string{LabelWorkload: w.Name}
+	wlLabels := map[string]string{LabelWorkload: w.Name, v1alpha1.LabelTier: w.Tier}
+	if protect && w.Protected {
+		wlLabels[v1alpha1.LabelSpot] = v1alpha1.SpotProtected
+	}
+	podLabels := map[string]string{LabelWorkload: w.Name, v1alpha1.LabelTier: w.Tier}
+	spec := corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To(int64(w.GracePeriod.Seconds())),
+		Containers: []corev1.Container{{
+			Name:  "app",
+			Image: "registry.example/" + w.Name + ":1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse(w.CPU),
+				corev1.ResourceMemory: resource.MustParse(w.Memory),
+			}},
+		}},
+	}
+	if w.CapacityType != "" {
+		spec.NodeSelector = map[string]string{v1alpha1.LabelCapacityType: w.CapacityType}
+	}
+	// Spread replicas over nodes as production manifests do, so one reclaim takes a fraction.
+	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 2, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+	}}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: podLabels}, Spec: spec}
+	meta := metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace, Labels: wlLabels}
+	sel := &metav1.LabelSelector{MatchLabels: labels}
+	switch w.Kind {
+	case "StatefulSet":
+		workload = &appsv1.StatefulSet{ObjectMeta: meta, Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To(w.Replicas), Selector: sel, Template: tmpl, ServiceName: w.Name,
+			PodManagementPolicy: appsv1.ParallelPodManagement}}
+	case "Job":
+		tmpl.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		if w.RunFor.Duration > 0 {
+			tmpl.Annotations = map[string]string{cluster.AnnotationRunFor: w.RunFor.String()}
+		}
+		workload = &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{
+			Parallelism: ptr.To(w.Replicas), Completions: ptr.To(w.Replicas), Template: tmpl,
+			BackoffLimit: ptr.To[int32](100)}}
+	default:
+		workload = &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(w.Replicas), Selector: sel, Template: tmpl}}
+	}
+	if w.PDBMaxUnavailable != "" {
+		pdb = &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MaxUnavailable: ptr.To(intstr.Parse(w.PDBMaxUnavailable)),
+				Selector:       sel,
+			},
+		}
+	}
+	return workload, pdb
+}
+
+// pdbFloor is the ready count the workload's PDB guarantees (0 without PDB).
+func pdbFloor(w scenario.Workload) int32 {
+	if w.PDBMaxUnavailable == "" {
+		return 0
+	}
+	m, err := scenario.ParseMaxUnavailable(w.PDBMaxUnavailable)
+	if err != nil {
+		return 0
+	}
+	return m.Floor(w.Replicas)
+}
+
+func workloadKey(w scenario.Workload) string { return w.Namespace + "/" + w.Name }
+
+// poolKey names a Node's capacity pool (instance type/zone/capacity type).
+func poolKey(n *corev1.Node) string {
+	return strings.Join([]string{n.Labels[v1alpha1.LabelInstanceType], n.Labels[v1alpha1.LabelZone], n.Labels[v1alpha1.LabelCapacityType]}, "/")
+}

@@ -1,0 +1,346 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
+	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
+	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+)
+
+// Installer installs Lifeboat (its three binaries, the AWS emulator and the WarmPool) into a
+// running cluster for lifeboat mode, and returns the notifier the market sends notices to.
+type Installer interface {
+	Install(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error)
+}
+
+// Options configure a simulation run.
+type Options struct {
+	BinDir string
+	// OutDir receives report.json, report.html and one run directory per mode.
+	OutDir string
+	// Progress receives one line per phase (stderr in the CLI).
+	Progress io.Writer
+	// Lifeboat installs Lifeboat in lifeboat mode; lifeboat mode fails without it.
+	Lifeboat Installer
+	// Parallel runs the modes at once, each on its own control plane (halves wall time,
+	// doubles CPU load).
+	Parallel bool
+	// Interval is the sampling interval (default 1 s).
+	Interval time.Duration
+	// WarmupTimeout bounds the wait for every workload to be ready before t0.
+	WarmupTimeout time.Duration
+}
+
+// Run plays the scenario once per mode and builds the report.
+func Run(ctx context.Context, s *scenario.Scenario, opts Options) (*report.Report, []*report.Run, error) {
+	if opts.Interval == 0 {
+		opts.Interval = time.Second
+	}
+	if opts.WarmupTimeout == 0 {
+		opts.WarmupTimeout = 6 * time.Minute
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.OutDir == "" {
+		opts.OutDir = filepath.Join(".lifeboat", "sim", s.Name)
+	}
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	runs := make([]*report.Run, len(s.Modes))
+	errs := make([]error, len(s.Modes))
+	var wg sync.WaitGroup
+	for i, mode := range s.Modes {
+		do := func() {
+			runs[i], errs[i] = runMode(ctx, s, mode, opts)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("mode %s: %w", mode, errs[i])
+			}
+		}
+		if opts.Parallel {
+			wg.Add(1)
+			go func() { defer wg.Done(); do() }()
+		} else {
+			do()
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	rep := report.New(s.Name, s.Shortened, runs)
+	if err := writeReports(opts.OutDir, rep, runs); err != nil {
+		return nil, nil, err
+	}
+	return rep, runs, nil
+}
+
+func writeReports(dir string, rep *report.Report, runs []*report.Run) error {
+	jf, err := os.Create(filepath.Join(dir, "report.json"))
+	if err != nil {
+		return err
+	}
+	defer jf.Close()
+	if err := rep.WriteJSON(jf); err != nil {
+		return err
+	}
+	hf, err := os.Create(filepath.Join(dir, "report.html"))
+	if err != nil {
+		return err
+	}
+	defer hf.Close()
+	return report.WriteHTML(hf, rep, runs)
+}
+
+func progress(opts Options, mode scenario.Mode, began time.Time, format string, args ...any) {
+	fmt.Fprintf(opts.Progress, "[%s %6s] %s\n", mode, time.Since(began).Round(time.Second), fmt.Sprintf(format, args...))
+}
+
+func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts Options) (*report.Run, error) {
+	began := time.Now()
+	runDir := filepath.Join(opts.OutDir, string(mode))
+	_ = os.RemoveAll(runDir)
+	copts := clusterOptions(s)
+	copts.BinDir, copts.RunDir, copts.KeepRunDir = opts.BinDir, runDir, true
+	progress(opts, mode, began, "starting the local control plane (logs in %s)", runDir)
+	c, err := cluster.Start(ctx, copts)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+
+	var notifier Notifier = noNotifier{}
+	switch mode {
+	case scenario.ModeLifeboat:
+		if opts.Lifeboat == nil {
+			return nil, fmt.Errorf("lifeboat mode needs Lifeboat's binaries; build them with `make build`")
+		}
+		progress(opts, mode, began, "installing Lifeboat (webhook, scheduler, controller, AWS emulator, WarmPool %q)", WarmPoolName)
+		if notifier, err = opts.Lifeboat.Install(ctx, c, s, runDir); err != nil {
+			return nil, fmt.Errorf("install Lifeboat: %w", err)
+		}
+	case scenario.ModeOverprovisioning:
+		progress(opts, mode, began, "creating balloon Pods sized to the warm pool")
+		if err := createBalloons(ctx, c, s); err != nil {
+			return nil, err
+		}
+	}
+	var keys []string
+	infos := map[string]report.WorkloadInfo{}
+	for _, w := range s.Workloads {
+		keys = append(keys, workloadKey(w))
+		infos[workloadKey(w)] = report.WorkloadInfo{Replicas: w.Replicas, PDBFloor: pdbFloor(w), Protected: w.Protected}
+	}
+	obsCtx, stopObs := context.WithCancel(ctx)
+	defer stopObs()
+	obs, err := newObserver(obsCtx, c, keys)
+	if err != nil {
+		return nil, err
+	}
+	progress(opts, mode, began, "creating %d workloads", len(s.Workloads))
+	if err := createWorkloads(ctx, c, s, mode == scenario.ModeLifeboat); err != nil {
+		return nil, err
+	}
+	progress(opts, mode, began, "waiting for every workload to be ready (Karpenter boots nodes in ~%s)", s.Timing.KarpenterBoot.Mean)
+	if err := waitWarm(ctx, obs, s, opts.WarmupTimeout); err != nil {
+		return nil, err
+	}
+	obs.begin()
+	go obs.run(obsCtx, opts.Interval)
+	m := &market{c: c, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]bool{}}
+	progress(opts, mode, began, "t0: playing %d market events over %s", len(s.Events), s.Duration)
+	playErr := make(chan error, 1)
+	go func() { playErr <- m.play(ctx) }()
+	if err := sleepUntil(ctx, obs.start.Add(s.Duration.Duration)); err != nil {
+		return nil, err
+	}
+	stopObs()
+	select {
+	case err := <-playErr:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+	case <-time.After(10 * time.Second):
+	}
+	if err := c.Running(); err != nil {
+		return nil, fmt.Errorf("a component died during the run: %w", err)
+	}
+	samples, activeSecs, activeByType, resumed := obs.snapshot()
+	m.mu.Lock()
+	for k, n := range m.killed {
+		i := infos[k]
+		i.Killed = n
+		infos[k] = i
+	}
+	markers := append([]report.Marker(nil), m.markers...)
+	m.mu.Unlock()
+	run := &report.Run{
+		Mode: string(mode), Interval: opts.Interval, Samples: samples, Markers: markers, Workloads: infos,
+		KarpenterLaunched: obs.launchedClaims(), LifeboatResumed: resumed, LifeboatActiveNodeSeconds: activeSecs,
+	}
+	run.LifeboatDollars, run.OverprovisioningDollars = costs(s, activeByType)
+	progress(opts, mode, began, "done: %d samples, %d notices", len(samples), countKind(markers, "notice"))
+	return run, nil
+}
+
+func countKind(ms []report.Marker, kind string) int {
+	n := 0
+	for _, m := range ms {
+		if m.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// EBS gp3 list price, USD per GiB-month (us-east-1); a month is 730 h.
+const ebsDollarsPerGiBMonth = 0.08
+
+// costs estimates both protections over the scenario's duration for the same capacity: the
+// warm pool pays EBS while hibernated plus On-Demand time while active; overprovisioning keeps
+// the same number of nodes of the pool's first type running the whole time, at the Spot price
+// (balloons land on the cheapest capacity that protected Pods may use).
+func costs(s *scenario.Scenario, activeByType map[string]float64) (lifeboat, overprovisioning float64) {
+	wp := s.WarmPool
+	if wp == nil {
+		return 0, 0
+	}
+	size := 0
+	fmt.Sscanf(wp.Size, "%d", &size)
+	hours := s.Duration.Hours()
+	lifeboat = float64(size) * float64(wp.EBSGiBPerNode) * ebsDollarsPerGiBMonth / 730 * hours
+	for t, secs := range activeByType {
+		lifeboat += onDemandPrice(s, t) * secs / 3600
+	}
+	if len(wp.InstanceTypes) > 0 {
+		overprovisioning = float64(size) * onDemandPrice(s, wp.InstanceTypes[0]) * s.Cluster.SpotDiscount * hours
+	}
+	return lifeboat, overprovisioning
+}
+
+func createNamespace(ctx context.Context, c *cluster.Cluster, name string, labels map[string]string) error {
+	_, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil && !isAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+func createWorkloads(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario, protect bool) error {
+	client := c.Client()
+	for _, w := range s.Workloads {
+		if err := createNamespace(ctx, c, w.Namespace, nil); err != nil {
+			return err
+		}
+		obj, pdb := objects(w, protect)
+		// The PDB first: the webhook rejects a protected workload without one (enforce mode).
+		if pdb != nil {
+			if _, err := client.PolicyV1().PodDisruptionBudgets(w.Namespace).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create PDB %s/%s: %w", w.Namespace, w.Name, err)
+			}
+		}
+		var err error
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			_, err = client.AppsV1().Deployments(w.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.StatefulSet:
+			_, err = client.AppsV1().StatefulSets(w.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *batchv1.Job:
+			_, err = client.BatchV1().Jobs(w.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("create %s %s/%s: %w", w.Kind, w.Namespace, w.Name, err)
+		}
+	}
+	return nil
+}
+
+func waitWarm(ctx context.Context, obs *observer, s *scenario.Scenario, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		missing := ""
+		ready := map[string]int32{}
+		for _, obj := range obs.pods.List() {
+			p := obj.(*corev1.Pod)
+			if p.DeletionTimestamp == nil && podReady(p) && p.Labels[LabelWorkload] != "" {
+				ready[p.Namespace+"/"+p.Labels[LabelWorkload]]++
+			}
+		}
+		for _, w := range s.Workloads {
+			if ready[workloadKey(w)] < w.Replicas {
+				missing = fmt.Sprintf("%s has %d/%d ready", workloadKey(w), ready[workloadKey(w)], w.Replicas)
+				break
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workloads not ready after %s: %s", timeout, missing)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// createBalloons keeps spare capacity equal to the warm pool: one low-priority pause Pod per
+// pool node, each the size of the pool's first instance type, which protected Pods preempt.
+func createBalloons(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
+	if s.WarmPool == nil {
+		return fmt.Errorf("overprovisioning mode sizes its balloons from warmPool; the scenario has none")
+	}
+	size := 0
+	fmt.Sscanf(s.WarmPool.Size, "%d", &size)
+	var cpu, mem string
+	for _, it := range s.Cluster.InstanceTypes {
+		if it.Name == s.WarmPool.InstanceTypes[0] {
+			cpu, mem = it.CPU, it.Memory
+		}
+	}
+	cpuQ, memQ := resource.MustParse(cpu), resource.MustParse(mem)
+	// Leave room for system reservations so a balloon fits on a node of that size.
+	cpuQ.SetMilli(cpuQ.MilliValue() * 8 / 10)
+	memQ.Set(memQ.Value() * 8 / 10)
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "balloon"}, Value: -10,
+		PreemptionPolicy: ptr.To(corev1.PreemptNever), Description: "overprovisioning balloons"}
+	if _, err := c.Client().SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		return err
+	}
+	if err := createNamespace(ctx, c, "balloons", nil); err != nil {
+		return err
+	}
+	labels := map[string]string{"app": "balloon"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "balloon", Namespace: "balloons"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(size)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				PriorityClassName: "balloon", TerminationGracePeriodSeconds: ptr.To[int64](0),
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: cpuQ, corev1.ResourceMemory: memQ}}}},
+			}},
+		},
+	}
+	_, err := c.Client().AppsV1().Deployments("balloons").Create(ctx, d, metav1.CreateOptions{})
+	return err
+}

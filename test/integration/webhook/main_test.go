@@ -1,0 +1,57 @@
+// Package webhook tests lifeboat-webhook against the real local control plane: kube-apiserver
+// calls the real webhook process over TLS, with the webhook configurations from
+// manifests/webhook/ (only the clientConfig is pointed at 127.0.0.1).
+//
+// The webhook runs as a child process: this test binary re-executes itself with
+// LIFEBOAT_WEBHOOK_PROCESS=1 and runs lifeboat-webhook's command line, so "webhook down" is a
+// real process stopped by SIGTERM.
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/server"
+)
+
+const processEnv = "LIFEBOAT_WEBHOOK_PROCESS"
+
+// shared is the control plane of the package's tests (etcd, kube-apiserver and
+// kube-controller-manager, so Deployments and Jobs create Pods). Tests use their own namespaces.
+var shared *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	if os.Getenv(processEnv) == "1" {
+		cmd := server.NewCommand()
+		cmd.SetArgs(os.Args[1:])
+		if err := cmd.Execute(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{ControllerManager: true})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start local control plane: %v\n", err)
+		return 1
+	}
+	shared = c
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "component logs (tails) from %s:\n%s\n", c.RunDir(), c.LogTails(4000))
+	}
+	if err := c.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stop local control plane: %v\n", err)
+		return 1
+	}
+	return code
+}

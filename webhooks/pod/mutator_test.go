@@ -1,0 +1,164 @@
+package pod
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/internal/fixture"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
+)
+
+// apply applies a response's patch to the request's object, as the apiserver does.
+func apply(t *testing.T, req admission.Request, resp admission.Response) *corev1.Pod {
+	t.Helper()
+	raw := req.Object.Raw
+	if len(resp.Patches) > 0 {
+		ops, err := json.Marshal(resp.Patches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := jsonpatch.DecodePatch(ops)
+		if err != nil {
+			t.Fatalf("decode patch: %v", err)
+		}
+		if raw, err = p.Apply(raw); err != nil {
+			t.Fatalf("apply patch %s: %v", ops, err)
+		}
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(raw, &pod); err != nil {
+		t.Fatal(err)
+	}
+	return &pod
+}
+
+func TestMutatorProtectsAndIsIdempotent(t *testing.T) {
+	m := &Mutator{Config: policy.DefaultConfig(), Cluster: fixture.Cluster()}
+	req := fixture.PodRequest(fixture.WebPod())
+	resp := m.Handle(context.Background(), req)
+	if !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("want a patch, got %+v", resp)
+	}
+	if d := metrics.Decision(resp); d != metrics.DecisionMutated {
+		t.Errorf("decision %s, want mutated", d)
+	}
+	got := apply(t, req, resp)
+
+	want := fixture.WebPod()
+	want.Labels[v1alpha1.LabelProtected] = "true"
+	want.Labels[v1alpha1.LabelTier] = "stateless"
+	want.Spec.SchedulerName = v1alpha1.SchedulerName
+	want.Spec.PriorityClassName = v1alpha1.PriorityClassStateless
+	want.Spec.Priority = ptr.To(v1alpha1.PriorityStateless)
+	want.Spec.Tolerations = append(want.Spec.Tolerations, corev1.Toleration{Key: v1alpha1.TaintSpot, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	want.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+		Weight:     policy.SpotPreferenceWeight,
+		Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}}}},
+	}}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mutated Pod (-want +got):\n%s", diff)
+	}
+
+	// Reinvocation: the mutated Pod comes back; nothing more to change.
+	again := m.Handle(context.Background(), fixture.PodRequest(got))
+	if !again.Allowed || len(again.Patches) != 0 {
+		t.Errorf("second pass patched again: %+v", again.Patches)
+	}
+}
+
+func TestMutatorLeavesAlone(t *testing.T) {
+	m := &Mutator{Config: policy.DefaultConfig(), Cluster: fixture.Cluster()}
+	optOut := fixture.Cluster(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}})
+	tests := []struct {
+		name   string
+		m      *Mutator
+		req    func() admission.Request
+		reason string
+	}{
+		{name: "kube-system", m: m, req: func() admission.Request {
+			p := fixture.WebPod()
+			p.Namespace = "kube-system"
+			return fixture.PodRequest(p)
+		}, reason: "never touched"},
+		{name: "bare pod", m: m, req: func() admission.Request {
+			p := fixture.WebPod()
+			p.OwnerReferences = nil
+			return fixture.PodRequest(p)
+		}, reason: "no Deployment"},
+		{name: "namespace without label", m: &Mutator{Config: policy.DefaultConfig(), Cluster: optOut}, req: func() admission.Request {
+			p := fixture.WebPod()
+			p.Namespace = "plain"
+			p.OwnerReferences = nil
+			return fixture.PodRequest(p)
+		}, reason: "no Deployment"},
+		{name: "update", m: m, req: func() admission.Request {
+			r := fixture.PodRequest(fixture.WebPod())
+			r.Operation = admissionv1.Update
+			return r
+		}, reason: "not a Pod creation"},
+		{name: "subresource", m: m, req: func() admission.Request {
+			r := fixture.PodRequest(fixture.WebPod())
+			r.SubResource = "ephemeralcontainers"
+			return r
+		}, reason: "not a Pod creation"},
+		{name: "pod without PDB", m: m, req: func() admission.Request {
+			p := fixture.WebPod()
+			p.Labels = map[string]string{"app": "other"}
+			return fixture.PodRequest(p)
+		}, reason: "no PodDisruptionBudget"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := tt.m.Handle(context.Background(), tt.req())
+			if !resp.Allowed || len(resp.Patches) != 0 {
+				t.Fatalf("want admitted unchanged, got %+v", resp)
+			}
+			if resp.Result == nil || !strings.Contains(resp.Result.Message, tt.reason) {
+				t.Errorf("reason %v, want %q", resp.Result, tt.reason)
+			}
+		})
+	}
+}
+
+func TestMutatorFailsOpen(t *testing.T) {
+	m := &Mutator{Config: policy.DefaultConfig(), Cluster: fixture.Cluster()}
+	p := fixture.WebPod()
+	p.OwnerReferences[0].Name = "web-not-in-cache"
+	resp := m.Handle(context.Background(), fixture.PodRequest(p))
+	if !resp.Allowed || len(resp.Patches) != 0 || len(resp.Warnings) != 1 {
+		t.Fatalf("want admitted unchanged with a warning, got %+v", resp)
+	}
+	if d := metrics.Decision(resp); d != metrics.DecisionError {
+		t.Errorf("decision %s, want error", d)
+	}
+
+	bad := fixture.PodRequest(fixture.WebPod())
+	bad.Object.Raw = []byte(`{"spec": 7}`)
+	if resp := m.Handle(context.Background(), bad); resp.Allowed || resp.Result.Code != http.StatusBadRequest {
+		t.Errorf("malformed Pod: want 400, got %+v", resp)
+	}
+}
+
+func TestPatchEscapesLabelKeys(t *testing.T) {
+	before := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}}
+	after := before.DeepCopy()
+	after.Labels["lifeboat.dev/tier"] = "critical"
+	after.Labels["x~y"] = "z"
+	ops := Patch(before, after)
+	if len(ops) != 2 || ops[0].Path != "/metadata/labels/lifeboat.dev~1tier" || ops[1].Path != "/metadata/labels/x~0y" {
+		t.Errorf("ops = %+v", ops)
+	}
+}

@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/audit"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/pod"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/workload"
+)
+
+// NewCommand is lifeboat-webhook's command line.
+func NewCommand() *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "lifeboat-webhook",
+		Short: "Lifeboat's admission webhooks: protect Pods of Spot workloads, require PodDisruptionBudgets",
+		Long: "lifeboat-webhook mutates Pods of protected workloads for their placement tier and validates protected\n" +
+			"Deployments, StatefulSets, Jobs and CronJobs. See docs/POLICY.md.",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(o.Logs, o.featureGate); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// Handlers returns the two webhooks' HTTP handlers by path, instrumented and bounded in time.
+// The server, the fuzz targets and the benchmarks all use exactly these.
+func Handlers(cfg policy.Config, cluster *state.Cluster, timeout time.Duration) map[string]http.Handler {
+	hook := func(h admission.Handler) *admission.Webhook {
+		return &admission.Webhook{Handler: metrics.Handler(withTimeout(h, timeout)), LogConstructor: logConstructor}
+	}
+	return map[string]http.Handler{
+		pod.Path:      metrics.HTTP("pods", hook(&pod.Mutator{Config: cfg, Cluster: cluster})),
+		workload.Path: metrics.HTTP("workloads", hook(&workload.Validator{Config: cfg, Cluster: cluster})),
+	}
+}
+
+func withTimeout(h admission.Handler, d time.Duration) admission.Handler {
+	return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return h.Handle(ctx, req)
+	})
+}
+
+// logConstructor keeps per-request values few: the object and the request UID (to match the
+// apiserver's audit log). Namespace and name are in the object reference.
+func logConstructor(base klog.Logger, req *admission.Request) klog.Logger {
+	if req == nil {
+		return base
+	}
+	return base.WithValues("object", klog.KRef(req.Namespace, req.Name), "operation", req.Operation, "kind", req.Kind.Kind, "uid", req.UID)
+}
+
+// Run serves until ctx ends, then shuts down gracefully: not-ready first, serving for
+// ShutdownDelay, then draining in-flight requests.
+func Run(ctx context.Context, o *Options) error {
+	logger := klog.FromContext(ctx)
+	ctrl.SetLogger(logger)
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, err := o.Policy()
+	if err != nil {
+		return err
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig %q (empty: in-cluster): %w", o.Kubeconfig, err)
+	}
+	restConfig = rest.CopyConfig(restConfig)
+	restConfig.UserAgent = "lifeboat-webhook"
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+
+	var secretKey types.NamespacedName
+	cacheOpts := cache.Options{}
+	if o.SelfManagedTLS {
+		ns, name, _ := strings.Cut(o.TLSSecret, "/")
+		secretKey = types.NamespacedName{Namespace: ns, Name: name}
+		// The only Secret the webhook may read: cache exactly that one.
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {
+				Namespaces: map[string]cache.Config{ns: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", name),
+			},
+		}
+	}
+
+	var certs *secretCerts
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) {
+		c.MinVersion = tls.VersionTLS12
+		if o.DisableHTTP2 {
+			c.NextProtos = []string{"http/1.1"}
+		}
+	}}
+	certDir := o.CertDir
+	if o.SelfManagedTLS {
+		if certDir == "" {
+			if certDir, err = os.MkdirTemp("", "lifeboat-webhook-certs-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(certDir)
+		}
+		certs = &secretCerts{key: secretKey, dir: certDir, poll: 2 * time.Second}
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
+	}
+
+	gracefulTimeout := 30 * time.Second
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                  scheme,
+		Logger:                  logger,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress:  o.HealthAddress,
+		LeaderElection:          o.LeaderElect && o.AuditInterval > 0,
+		LeaderElectionID:        "lifeboat-webhook-audit",
+		LeaderElectionNamespace: o.Namespace,
+		// Hand the audit over quickly on rollouts.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &gracefulTimeout,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: o.BindAddress, Port: o.Port, CertDir: certDir, TLSOpts: tlsOpts,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	// Register the informers before the manager starts so that they sync at startup, not on the
+	// first admission request.
+	watched := append(state.MetadataObjects(), &policyv1.PodDisruptionBudget{}, &schedulingv1.PriorityClass{})
+	for _, obj := range watched {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
+	cluster := &state.Cluster{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}
+	for path, h := range Handlers(cfg, cluster, o.RequestTimeout) {
+		mgr.GetWebhookServer().Register(path, h)
+	}
+
+	var rotatorReady chan struct{}
+	if o.SelfManagedTLS {
+		rotatorReady = make(chan struct{})
+		certs.reader = mgr.GetCache()
+		if err := mgr.Add(certs); err != nil {
+			return err
+		}
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      secretKey,
+			CertDir:        certDir,
+			CAName:         "lifeboat-webhook-ca",
+			CAOrganization: "lifeboat",
+			DNSName:        o.DNSNames[0],
+			ExtraDNSNames:  o.DNSNames[1:],
+			IsReady:        rotatorReady,
+			Webhooks: []rotator.WebhookInfo{
+				{Name: o.MutatingConfig, Type: rotator.Mutating},
+				{Name: o.ValidatingConfig, Type: rotator.Validating},
+			},
+			FieldOwner:     "lifeboat-webhook",
+			ControllerName: "lifeboat-webhook-cert-rotator",
+		}); err != nil {
+			return fmt.Errorf("set up certificate rotation: %w", err)
+		}
+	}
+
+	if o.AuditInterval > 0 {
+		if err := mgr.Add(&audit.Auditor{
+			Config: cfg, Cluster: cluster, Lister: mgr.GetAPIReader(),
+			Recorder: mgr.GetEventRecorder("lifeboat-webhook"), Interval: o.AuditInterval,
+		}); err != nil {
+			return err
+		}
+	}
+
+	var draining atomic.Bool
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	readyChecks := map[string]healthz.Checker{
+		"webhook-server": mgr.GetWebhookServer().StartedChecker(),
+		"informers": func(*http.Request) error {
+			syncCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+				return errors.New("informer caches have not synced")
+			}
+			return nil
+		},
+		"shutdown": func(*http.Request) error {
+			if draining.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		},
+	}
+	if o.SelfManagedTLS {
+		readyChecks["certificates"] = func(*http.Request) error {
+			select {
+			case <-rotatorReady:
+			default:
+				return errors.New("the CA bundle is not injected into the webhook configurations yet")
+			}
+			if !certs.Ready() {
+				return errors.New("the serving certificate is not loaded yet")
+			}
+			return nil
+		}
+	}
+	for name, check := range readyChecks {
+		if err := mgr.AddReadyzCheck(name, check); err != nil {
+			return err
+		}
+	}
+
+	mgrCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-mgrCtx.Done():
+			return
+		}
+		draining.Store(true)
+		logger.Info("Shutting down: reporting not ready, then draining", "delay", o.ShutdownDelay)
+		time.Sleep(o.ShutdownDelay)
+		stop()
+	}()
+	logger.Info("Starting lifeboat-webhook", "port", o.Port, "selfManagedTLS", o.SelfManagedTLS, "audit", o.AuditInterval)
+	if err := mgr.Start(mgrCtx); err != nil {
+		return fmt.Errorf("webhook manager: %w", err)
+	}
+	logger.Info("Stopped")
+	return nil
+}

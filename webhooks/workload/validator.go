@@ -1,0 +1,158 @@
+// Package workload is the validating webhook on Deployments, StatefulSets, Jobs and CronJobs: it
+// denies (enforce) or warns about (warn) a protected Deployment or StatefulSet that no
+// PodDisruptionBudget covers, with the PDB to apply in the message, and warns about PDBs that
+// allow no disruption and shutdowns longer than the Spot notice.
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
+)
+
+// Path is where the webhook is served.
+const Path = "/validate-workloads"
+
+// Validator is the workload validating webhook.
+type Validator struct {
+	Config  policy.Config
+	Cluster *state.Cluster
+}
+
+var _ admission.Handler = &Validator{}
+
+// Handle validates a workload create or update.
+func (v *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) || req.SubResource != "" {
+		return admission.Allowed("not a workload create or update")
+	}
+	in, meta, err := decode(req.Kind, req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if in == nil {
+		return admission.Allowed(fmt.Sprintf("kind %s is not validated by Lifeboat", req.Kind))
+	}
+	if in.Namespace == "" {
+		in.Namespace = req.Namespace
+	}
+	if in.Name == "" {
+		in.Name = req.Name
+	}
+	logger := klog.FromContext(ctx).WithValues("workload", klog.KRef(in.Namespace, in.Name), "kind", in.Kind)
+	if v.Config.Exempt(in.Namespace) {
+		return admission.Allowed("namespace is never touched by Lifeboat")
+	}
+	if meta.DeletionTimestamp != nil {
+		// Finalizer removal during deletion must never be blocked.
+		return admission.Allowed("being deleted")
+	}
+
+	if in.NamespaceLabels, err = v.Cluster.NamespaceLabels(ctx, in.Namespace); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("read namespace %s: %w; retry shortly", in.Namespace, err))
+	}
+	if in.PDBs, err = v.Cluster.PDBs(ctx, in.Namespace); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%w; retry shortly", err))
+	}
+	verdict := v.Config.ValidateWorkload(*in)
+
+	if !verdict.Allowed && req.Operation == admissionv1.Update {
+		old, _, err := decode(req.Kind, req.OldObject.Raw)
+		if err == nil && old != nil && !relevantChange(old, in) {
+			// The update does not touch what protection depends on (a scale, an annotation, a
+			// finalizer): denying it would block unrelated operations, so warn instead.
+			logger.V(2).Info("Admitting an update of a protected workload without a PodDisruptionBudget; nothing protection depends on changed")
+			return admission.Allowed("").WithWarnings(append(verdict.Warnings, verdict.MissingPDBWarning)...)
+		}
+	}
+	if !verdict.Allowed {
+		logger.V(2).Info("Denying protected workload without a PodDisruptionBudget")
+		return admission.Denied(verdict.Message).WithWarnings(verdict.Warnings...)
+	}
+	if len(verdict.Warnings) > 0 {
+		logger.V(3).Info("Admitting workload with warnings", "warnings", len(verdict.Warnings))
+	}
+	return admission.Allowed("").WithWarnings(verdict.Warnings...)
+}
+
+// relevantChange reports whether an update changes anything protection depends on: Lifeboat's
+// labels, the selector or the Pod template.
+func relevantChange(old, cur *policy.WorkloadInput) bool {
+	for _, k := range []string{v1alpha1.LabelSpot, v1alpha1.LabelTier} {
+		if old.Labels[k] != cur.Labels[k] {
+			return true
+		}
+	}
+	return !reflect.DeepEqual(old.Selector, cur.Selector) || !reflect.DeepEqual(old.Template, cur.Template)
+}
+
+// decode turns the raw object into the policy's view of it; (nil, nil) for kinds not validated.
+func decode(gvk metav1.GroupVersionKind, raw []byte) (*policy.WorkloadInput, *metav1.ObjectMeta, error) {
+	if gvk.Version != "v1" {
+		return nil, nil, nil
+	}
+	switch {
+	case gvk.Group == "apps" && gvk.Kind == "Deployment":
+		var d appsv1.Deployment
+		if err := unmarshal(raw, &d); err != nil {
+			return nil, nil, err
+		}
+		return &policy.WorkloadInput{Kind: policy.KindDeployment, Namespace: d.Namespace, Name: d.Name, Labels: d.Labels,
+			Selector: d.Spec.Selector, Replicas: replicas(d.Spec.Replicas), Template: d.Spec.Template}, &d.ObjectMeta, nil
+	case gvk.Group == "apps" && gvk.Kind == "StatefulSet":
+		var s appsv1.StatefulSet
+		if err := unmarshal(raw, &s); err != nil {
+			return nil, nil, err
+		}
+		return &policy.WorkloadInput{Kind: policy.KindStatefulSet, Namespace: s.Namespace, Name: s.Name, Labels: s.Labels,
+			Selector: s.Spec.Selector, Replicas: replicas(s.Spec.Replicas), Template: s.Spec.Template}, &s.ObjectMeta, nil
+	case gvk.Group == "batch" && gvk.Kind == "Job":
+		var j batchv1.Job
+		if err := unmarshal(raw, &j); err != nil {
+			return nil, nil, err
+		}
+		return &policy.WorkloadInput{Kind: policy.KindJob, Namespace: j.Namespace, Name: j.Name, Labels: j.Labels,
+			Selector: j.Spec.Selector, Replicas: j.Spec.Parallelism, Template: j.Spec.Template}, &j.ObjectMeta, nil
+	case gvk.Group == "batch" && gvk.Kind == "CronJob":
+		var c batchv1.CronJob
+		if err := unmarshal(raw, &c); err != nil {
+			return nil, nil, err
+		}
+		return &policy.WorkloadInput{Kind: policy.KindCronJob, Namespace: c.Namespace, Name: c.Name, Labels: c.Labels,
+			Selector: c.Spec.JobTemplate.Spec.Selector, Replicas: c.Spec.JobTemplate.Spec.Parallelism, Template: c.Spec.JobTemplate.Spec.Template}, &c.ObjectMeta, nil
+	}
+	return nil, nil, nil
+}
+
+func unmarshal(raw []byte, into any) error {
+	if len(raw) == 0 {
+		return fmt.Errorf("the request has no object")
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("decode %T: %w", into, err)
+	}
+	return nil
+}
+
+// replicas applies the API default (1) that the object in an admission request already carries;
+// nil only for malformed requests.
+func replicas(r *int32) *int32 {
+	if r == nil {
+		one := int32(1)
+		return &one
+	}
+	return r
+}
