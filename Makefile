@@ -24,7 +24,7 @@ $(TOOLS_STAMP): go.mod go.sum hack/etcd/main.go hack/build-tools.sh
 	@touch $@
 
 .PHONY: tools
-tools: $(TOOLS_STAMP) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, karpenter-kwok into bin/ (only when go.mod changes)
+tools: $(TOOLS_STAMP) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, karpenter-kwok into bin/ (only when go.mod changes)
 
 .PHONY: build
 build: ## Build Lifeboat's binaries (cmd/...) into bin/
@@ -54,6 +54,20 @@ verify: ## gofmt, go vet, and go mod tidy must leave no diff
 	@cp go.mod /tmp/lifeboat.go.mod.bak; cp go.sum /tmp/lifeboat.go.sum.bak; go mod tidy; \
 	  if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changed go.mod/go.sum:"; git diff -- go.mod go.sum; \
 	  cp /tmp/lifeboat.go.mod.bak go.mod; cp /tmp/lifeboat.go.sum.bak go.sum; exit 1; fi
+
+# ---- fuzzing and benchmarks (results: docs/BENCHMARKS.md, raw JSON: .lifeboat/bench/) ----
+
+.PHONY: fuzz
+fuzz: ## Fuzz the admission handlers and the interruption-message parser (FUZZTIME=2m per target)
+	bash hack/fuzz.sh
+
+.PHONY: bench-webhook
+bench-webhook: tools ## Webhook: mutation-path Go benchmark + Pod CREATE latency with/without the webhook
+	bash hack/bench-webhook.sh
+
+.PHONY: bench-cloud
+bench-cloud: ## Cloud layer: StartInstances and SQS receive/delete round trips through the emulator
+	bash hack/bench-cloud.sh
 
 .PHONY: clean
 clean: ## Remove bin/ and .lifeboat/

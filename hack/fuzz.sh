@@ -10,3 +10,6 @@ FUZZTIME="${FUZZTIME:-2m}"
 PARALLEL="${FUZZ_PARALLEL:-2}"
 
 go test ./webhooks/server/ -run '^$' -fuzz '^FuzzAdmissionReview$' -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZ_MINIMIZE:-5s}" -parallel "${PARALLEL}"
+
+# Interruption messages: no panic, every bad body is rejected (and deleted by the consumer).
+go test ./pkg/cloud/interruption/ -run '^$' -fuzz '^FuzzParse$' -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZ_MINIMIZE:-5s}" -parallel "${PARALLEL}"
