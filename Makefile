@@ -40,7 +40,7 @@ up: tools ## Start the full local control plane (etcd, apiserver, KCM, KWOK, Kar
 # ---- test ----
 
 .PHONY: test
-test: tools ## Run every test: unit, integration and end-to-end on the real local control plane
+test: tools build ## Run every test: unit, integration and end-to-end on the real local control plane
 	LIFEBOAT_BIN_DIR=$(BIN) go test -timeout $(TEST_TIMEOUT) -p 2 ./...
 
 .PHONY: test-unit

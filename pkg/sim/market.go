@@ -34,7 +34,7 @@ func (noNotifier) NotifySpotInterruption(context.Context, *corev1.Node, time.Tim
 // SpotInterrupted Warning event on NodeClaim and Node (Karpenter's interruption controller),
 // and at notice + notice budget the reclaim: the Node and every Pod on it gone at once.
 type market struct {
-	c        *cluster.Cluster
+	c        Clients
 	s        *scenario.Scenario
 	obs      *observer
 	notifier Notifier
@@ -162,7 +162,7 @@ func (m *market) interrupt(ctx context.Context, n *corev1.Node) error {
 		return err
 	}
 	if claim != "" {
-		err := m.c.Dynamic().Resource(cluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{})
+		err := m.c.Dynamic.Resource(cluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete NodeClaim %s: %w", claim, err)
 		}
@@ -205,7 +205,7 @@ func (m *market) recordSpotInterrupted(ctx context.Context, n *corev1.Node, clai
 			Source:         corev1.EventSource{Component: "karpenter"},
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		}
-		if _, err := m.c.Client().CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if _, err := m.c.Kube.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("record SpotInterrupted on %s %s: %w", ref.Kind, ref.Name, err)
 		}
 	}
@@ -221,17 +221,17 @@ func (m *market) reclaim(ctx context.Context, node string) {
 		m.mu.Lock()
 		m.killed[p.Namespace+"/"+p.Labels[LabelWorkload]]++
 		m.mu.Unlock()
-		err := m.c.Client().CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		err := m.c.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			logger.Error(err, "kill pod at reclaim", "pod", klog.KObj(p))
 		}
 	}
 	// Drop Karpenter's termination finalizer: the instance is gone, nothing is left to drain.
-	_, err := m.c.Client().CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	_, err := m.c.Kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		logger.Error(err, "clear node finalizers at reclaim", "node", node)
 	}
-	if err := m.c.Client().CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := m.c.Kube.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		logger.Error(err, "delete node at reclaim", "node", node)
 	}
 }
@@ -242,7 +242,7 @@ func (m *market) reclaim(ctx context.Context, node string) {
 func (m *market) ice(ctx context.Context, ev scenario.Event) error {
 	patch := func(types string) error {
 		body := fmt.Sprintf(`{"spec":{"template":{"spec":{"requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":[%s]},{"key":"kubernetes.io/os","operator":"In","values":["linux"]}]}}}}`, types)
-		_, err := m.c.Dynamic().Resource(cluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
+		_, err := m.c.Dynamic.Resource(cluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
 		return err
 	}
 	m.mark(time.Now(), "ice", "Spot capacity unavailable")

@@ -33,12 +33,12 @@ type observer struct {
 	start          time.Time
 }
 
-func newObserver(ctx context.Context, c *cluster.Cluster, workloads []string) (*observer, error) {
+func newObserver(ctx context.Context, cl Clients, workloads []string) (*observer, error) {
 	o := &observer{workloads: workloads, claimsSeen: map[string]bool{}, resumedNodes: map[string]bool{}, activeByType: map[string]float64{}}
-	f := informers.NewSharedInformerFactory(c.Client(), 0)
+	f := informers.NewSharedInformerFactory(cl.Kube, 0)
 	podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
 	o.pods, o.nodes = podInf.GetIndexer(), nodeInf.GetIndexer()
-	df := dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic(), 0)
+	df := dynamicinformer.NewDynamicSharedInformerFactory(cl.Dynamic, 0)
 	claimInf := df.ForResource(cluster.NodeClaimGVR).Informer()
 	_, _ = claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {

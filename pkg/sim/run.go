@@ -150,7 +150,8 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	}
 	obsCtx, stopObs := context.WithCancel(ctx)
 	defer stopObs()
-	obs, err := newObserver(obsCtx, c, keys)
+	cl := ClientsOf(c)
+	obs, err := newObserver(obsCtx, cl, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	}
 	obs.begin()
 	go obs.run(obsCtx, opts.Interval)
-	m := &market{c: c, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]bool{}}
+	m := &market{c: cl, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]bool{}}
 	progress(opts, mode, began, "t0: playing %d market events over %s", len(s.Events), s.Duration)
 	playErr := make(chan error, 1)
 	go func() { playErr <- m.play(ctx) }()

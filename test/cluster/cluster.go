@@ -584,3 +584,37 @@ func (c *Cluster) startKWOK(ctx, bgCtx context.Context) error {
 	c.opts.Logf("kwok ready in %s", time.Since(began).Round(time.Millisecond))
 	return nil
 }
+
+// StartProcess runs another component (e.g. one of Lifeboat's binaries in `lifeboat sim`) as a
+// child of the harness: it logs to <RunDir>/<name>.log, is stopped by Stop, and dies with the
+// harness like the others. bin is a path; env is added to the harness' environment.
+func (c *Cluster) StartProcess(name, bin string, args, env []string) (pid int, err error) {
+	p, err := startProcess(c.runDir, name, bin, args, env)
+	if err != nil {
+		return 0, err
+	}
+	c.track(p)
+	return p.Pid(), nil
+}
+
+// WaitHealthy polls url (http or https, certificate not verified) until it answers 200, or the
+// named process exits, or ctx ends.
+func (c *Cluster) WaitHealthy(ctx context.Context, name, url string) error {
+	var proc *process
+	c.mu.Lock()
+	for _, p := range c.procs {
+		if p.name == name {
+			proc = p
+		}
+	}
+	c.mu.Unlock()
+	return waitFor(ctx, proc, name+" "+url, func(ctx context.Context) bool {
+		if strings.HasPrefix(url, "https://") {
+			return httpsOK(ctx, url)
+		}
+		return httpOK(ctx, url)
+	})
+}
+
+// FreePorts returns n distinct free loopback ports.
+func FreePorts(n int) ([]int, error) { return freePorts(n) }

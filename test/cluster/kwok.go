@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -32,7 +33,9 @@ import (
 //   - a Pod on a KWOK Node becomes Running/Ready at AnnotationStartAt, which the delay
 //     controller writes when the Pod is bound, from the first PodStartDelays rule that matches
 //     the Node's labels (image pull + app start), never before its Node is Ready;
-//   - Job Pods complete AnnotationRunFor after they started (default at once, as KWOK does).
+//   - Job Pods complete AnnotationRunFor after they started (default at once, as KWOK does);
+//   - a Node lists the images of the Pods bound to it in node.status.images, as a kubelet
+//     reports the images it pulled.
 const (
 	KWOKAnnotation      = "kwok.x-k8s.io/node"
 	KWOKAnnotationValue = "fake"
@@ -518,6 +521,47 @@ func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedN
 		startAt = ready.Add(matchDelay(d.podRules, nodeLabels, d.seed, key.Name))
 	}
 	err = patchAnnotation(ctx, d.client.CoreV1().Pods(key.Namespace).Patch, key.Namespace, key.Name, AnnotationStartAt, startAt)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return d.reportImages(ctx, pod)
+}
+
+// reportImages plays the kubelet's image reporting: once a Pod is bound, its Node lists the
+// Pod's images in node.status.images (a kubelet pulls them before starting the containers).
+// Code that proves images are cached on a node, such as the warm pool's pre-pull, reads this.
+func (d *delayController) reportImages(ctx context.Context, pod *corev1.Pod) error {
+	obj, ok, err := d.nodes.GetByKey(pod.Spec.NodeName)
+	if err != nil || !ok {
+		return err
+	}
+	n := obj.(*corev1.Node)
+	have := map[string]bool{}
+	images := append([]corev1.ContainerImage(nil), n.Status.Images...)
+	for _, img := range images {
+		for _, name := range img.Names {
+			have[name] = true
+		}
+	}
+	added := false
+	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.Image != "" && !have[c.Image] {
+			have[c.Image] = true
+			images = append(images, corev1.ContainerImage{Names: []string{c.Image}, SizeBytes: 50 << 20})
+			added = true
+		}
+	}
+	if !added {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"images": images}})
+	if err != nil {
+		return err
+	}
+	_, err = d.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+)
+
+var warmPoolGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "warmpools"}
+
+func newStatusCommand(flags *genericclioptions.ConfigFlags) *cobra.Command {
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Warm pools, node states, protected workloads and their PDBs, recent interruptions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := flags.ToRESTConfig()
+			if err != nil {
+				return fmt.Errorf("kubeconfig: %w", err)
+			}
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			return printStatus(cmd.Context(), cmd.OutOrStdout(), client, dyn, since)
+		},
+	}
+	cmd.Flags().DurationVar(&since, "since", time.Hour, "how far back to list interruptions and resumes")
+	flags.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface, dyn dynamic.Interface, since time.Duration) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+
+	fmt.Fprintln(tw, "WARM POOLS")
+	list, err := dyn.Resource(warmPoolGVR).List(ctx, metav1.ListOptions{})
+	switch {
+	case err != nil:
+		fmt.Fprintf(tw, "  cannot list WarmPools (%v): is the CRD installed (manifests/crds)?\n", err)
+	case len(list.Items) == 0:
+		fmt.Fprintln(tw, "  none: create a WarmPool (docs/WARMPOOL.md)")
+	default:
+		fmt.Fprintln(tw, "  NAME\tDESIRED\tSTANDBY\tWARMING\tACTIVE\tDRAINING\tREADY\tLAST ACTIVATION")
+		for _, u := range list.Items {
+			wp := &v1alpha1.WarmPool{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, wp); err != nil {
+				return fmt.Errorf("decode WarmPool %s: %w", u.GetName(), err)
+			}
+			last := "never"
+			if wp.Status.LastActivation != nil {
+				last = time.Since(wp.Status.LastActivation.Time).Round(time.Second).String() + " ago"
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", wp.Name, wp.Status.Desired, wp.Status.Standby, wp.Status.Warming,
+				wp.Status.Active, wp.Status.Draining, conditionStatus(wp.Status.Conditions, "Ready"), last)
+		}
+	}
+
+	fmt.Fprintln(tw, "\nPOOL NODES")
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelPool})
+	if err != nil {
+		return err
+	}
+	if len(nodes.Items) == 0 {
+		fmt.Fprintln(tw, "  none")
+	} else {
+		fmt.Fprintln(tw, "  NODE\tPOOL\tSTATE\tTYPE\tZONE\tREADY")
+		for _, n := range nodes.Items {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels[v1alpha1.LabelPool], n.Labels[v1alpha1.LabelState],
+				n.Labels[v1alpha1.LabelInstanceType], n.Labels[v1alpha1.LabelZone], readyStatus(&n))
+		}
+	}
+
+	fmt.Fprintln(tw, "\nPROTECTED WORKLOADS")
+	if err := printProtected(ctx, tw, client); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(tw, "\nINTERRUPTIONS AND RESUMES (last %s)\n", since)
+	evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var recent []corev1.Event
+	for _, e := range evs.Items {
+		t := e.LastTimestamp.Time
+		if t.IsZero() {
+			t = e.EventTime.Time
+		}
+		if time.Since(t) > since {
+			continue
+		}
+		if e.Reason == "SpotInterrupted" || strings.HasPrefix(e.Source.Component, "lifeboat") || strings.HasPrefix(e.ReportingController, "lifeboat") {
+			recent = append(recent, e)
+		}
+	}
+	sort.Slice(recent, func(i, j int) bool { return recent[i].LastTimestamp.Before(&recent[j].LastTimestamp) })
+	if len(recent) == 0 {
+		fmt.Fprintln(tw, "  none")
+	}
+	for _, e := range recent {
+		fmt.Fprintf(tw, "  %s\t%s\t%s/%s\t%s\n", e.LastTimestamp.Format(time.TimeOnly), e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+	}
+	return nil
+}
+
+// printProtected lists Deployments and StatefulSets that Lifeboat protects (namespace or
+// workload label) and the PDBs that select their Pods.
+func printProtected(ctx context.Context, tw io.Writer, client kubernetes.Interface) error {
+	nss, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(tw, "  WORKLOAD\tTIER\tPDB")
+	any := false
+	for _, ns := range nss.Items {
+		nsProtected := ns.Labels[v1alpha1.LabelSpot] == v1alpha1.SpotProtected
+		pdbs, err := client.PolicyV1().PodDisruptionBudgets(ns.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		type wl struct {
+			kind, name   string
+			labels, tmpl map[string]string
+		}
+		var wls []wl
+		deps, err := client.AppsV1().Deployments(ns.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, d := range deps.Items {
+			wls = append(wls, wl{"Deployment", d.Name, d.Labels, d.Spec.Template.Labels})
+		}
+		sts, err := client.AppsV1().StatefulSets(ns.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range sts.Items {
+			wls = append(wls, wl{"StatefulSet", s.Name, s.Labels, s.Spec.Template.Labels})
+		}
+		for _, w := range wls {
+			switch w.labels[v1alpha1.LabelSpot] {
+			case v1alpha1.SpotOff:
+				continue
+			case v1alpha1.SpotProtected:
+			default:
+				if !nsProtected {
+					continue
+				}
+			}
+			any = true
+			tier, _ := policy.ResolveTier(policy.Kind(w.kind), w.labels, w.tmpl)
+			var names []string
+			for i := range pdbs.Items {
+				p := &pdbs.Items[i]
+				if sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector); err == nil && !sel.Empty() && sel.Matches(labels.Set(w.tmpl)) {
+					names = append(names, p.Name)
+				}
+			}
+			pdb := strings.Join(names, ",")
+			if pdb == "" {
+				pdb = "MISSING — lifeboat pdb " + strings.ToLower(w.kind) + "/" + w.name + " -n " + ns.Name
+			}
+			fmt.Fprintf(tw, "  %s/%s/%s\t%s\t%s\n", ns.Name, strings.ToLower(w.kind), w.name, tier, pdb)
+		}
+	}
+	if !any {
+		fmt.Fprintln(tw, "  none: label a namespace or workload lifeboat.dev/spot=protected (docs/POLICY.md)")
+	}
+	return nil
+}
+
+func conditionStatus(conds []metav1.Condition, t string) string {
+	for _, c := range conds {
+		if c.Type == t {
+			return string(c.Status)
+		}
+	}
+	return "Unknown"
+}
+
+func readyStatus(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return "Unknown"
+}
