@@ -6,7 +6,7 @@ export GOFLAGS := -buildvcs=false
 
 SHELL := /usr/bin/env bash
 BIN := $(CURDIR)/bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+VERSION ?= $(shell git describe --tags --match "v[0-9]*" 2>/dev/null || echo "v0.0.0-dev+$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
 LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(VERSION) -X k8s.io/component-base/version.gitMajor=0 -X k8s.io/component-base/version.gitMinor=1
 TEST_TIMEOUT ?= 25m
 

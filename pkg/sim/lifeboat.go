@@ -79,7 +79,7 @@ func (l *LifeboatInstaller) Install(ctx context.Context, c *cluster.Cluster, s *
 	if err := l.startWebhook(ctx, c, runDir); err != nil {
 		return nil, err
 	}
-	if err := l.startScheduler(ctx, c); err != nil {
+	if err := l.startScheduler(ctx, c, runDir); err != nil {
 		return nil, err
 	}
 	if err := l.startController(ctx, c, emu, queueURL); err != nil {
@@ -182,14 +182,37 @@ func loopbackClientConfig(cc admissionregistrationv1.WebhookClientConfig, port i
 	return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
 }
 
-func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *cluster.Cluster) error {
+// startScheduler runs the scheduler with manifests/scheduler/config.yaml; only
+// clientConnection.kubeconfig is filled in (with --config, kube-scheduler ignores --kubeconfig).
+func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *cluster.Cluster, runDir string) error {
 	port, err := cluster.FreePorts(1)
 	if err != nil {
 		return err
 	}
+	raw, err := os.ReadFile(filepath.Join(l.ManifestsDir, "scheduler", "config.yaml"))
+	if err != nil {
+		return err
+	}
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("manifests/scheduler/config.yaml: %w", err)
+	}
+	conn, _ := cfg["clientConnection"].(map[string]any)
+	if conn == nil {
+		conn = map[string]any{}
+	}
+	conn["kubeconfig"] = c.KubeconfigPath()
+	cfg["clientConnection"] = conn
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(runDir, "lifeboat-scheduler.yaml")
+	if err := os.WriteFile(cfgPath, out, 0o644); err != nil {
+		return err
+	}
 	if _, err := c.StartProcess("lifeboat-scheduler", filepath.Join(l.BinDir, BinScheduler), []string{
-		"--config=" + filepath.Join(l.ManifestsDir, "scheduler", "config.yaml"),
-		"--kubeconfig=" + c.KubeconfigPath(),
+		"--config=" + cfgPath,
 		"--authentication-kubeconfig=" + c.KubeconfigPath(),
 		"--authorization-kubeconfig=" + c.KubeconfigPath(),
 		"--bind-address=127.0.0.1",

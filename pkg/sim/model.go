@@ -97,7 +97,11 @@ func objects(w scenario.Workload, protect bool) (workload any, pdb *policyv1.Pod
 			}},
 		}},
 	}
-	if w.CapacityType != "" {
+	// capacityType pins the workload the way its owner would without Lifeboat. A workload that
+	// Lifeboat protects gets its placement from its tier instead (the webhook writes capacity-type
+	// affinity that also admits pool nodes); a nodeSelector would be ANDed with it and keep the
+	// Pods off the lifeboat nodes, which carry no karpenter.sh/ labels.
+	if w.CapacityType != "" && !(protect && w.Protected) {
 		spec.NodeSelector = map[string]string{v1alpha1.LabelCapacityType: w.CapacityType}
 	}
 	// Spread replicas over nodes as production manifests do, so one reclaim takes a fraction.
