@@ -37,6 +37,10 @@ build: ## Build Lifeboat's binaries (cmd/...) into bin/
 up: tools ## Start the full local control plane (etcd, apiserver, KCM, KWOK, Karpenter) in the foreground
 	go run ./hack/up --bin-dir $(BIN) --kubeconfig $(CURDIR)/.lifeboat/kubeconfig --run-dir $(CURDIR)/.lifeboat/cluster
 
+.PHONY: demo
+demo: tools build ## The main job: a Spot reclaim (monday-reclaim) with Karpenter alone and with Lifeboat, side by side
+	$(BIN)/lifeboat sim run --scenario monday-reclaim --parallel --bin-dir $(BIN) --out $(CURDIR)/.lifeboat/demo
+
 # ---- test ----
 
 .PHONY: test
@@ -64,6 +68,10 @@ fuzz: ## Fuzz the admission handlers and the interruption-message parser (FUZZTI
 .PHONY: bench-webhook
 bench-webhook: tools ## Webhook: mutation-path Go benchmark + Pod CREATE latency with/without the webhook
 	bash hack/bench-webhook.sh
+
+.PHONY: bench-scheduler
+bench-scheduler: tools ## Scheduler: pods/s of lifeboat-scheduler vs default-scheduler, 1000 nodes / 5000 Pods
+	bash hack/bench-scheduler.sh
 
 .PHONY: bench-cloud
 bench-cloud: ## Cloud layer: StartInstances and SQS receive/delete round trips through the emulator

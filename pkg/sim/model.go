@@ -38,12 +38,19 @@ func instanceTypes(s *scenario.Scenario) []cluster.InstanceType {
 		t := cluster.InstanceType{Name: it.Name, CPU: it.CPU, Memory: it.Memory, Pods: fmt.Sprint(pods)}
 		for _, z := range s.Cluster.Zones {
 			t.Offerings = append(t.Offerings,
-				cluster.Offering{Zone: z, CapacityType: "spot", Price: it.OnDemandUSD * s.Cluster.SpotDiscount, Available: true},
+				cluster.Offering{Zone: z, CapacityType: "spot", Price: it.OnDemandUSD * s.Cluster.SpotDiscount * zoneFactor(s, z), Available: true},
 				cluster.Offering{Zone: z, CapacityType: "on-demand", Price: it.OnDemandUSD, Available: true})
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+func zoneFactor(s *scenario.Scenario, zone string) float64 {
+	if f, ok := s.Cluster.ZoneSpotFactor[zone]; ok {
+		return f
+	}
+	return 1
 }
 
 // onDemandPrice is the hourly On-Demand price of an instance type (0 when unknown).

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,9 @@ type Cluster struct {
 	InstanceTypes []InstanceType `yaml:"instanceTypes"`
 	// SpotDiscount is the Spot price as a fraction of On-Demand (default 0.35).
 	SpotDiscount float64 `yaml:"spotDiscount,omitempty"`
+	// ZoneSpotFactor scales the Spot price per zone (default 1). Spot prices differ by zone;
+	// Karpenter launches in the cheapest, which is how one capacity pool fills up.
+	ZoneSpotFactor map[string]float64 `yaml:"zoneSpotFactor,omitempty"`
 }
 
 // InstanceType is offered in every zone, Spot and On-Demand.
@@ -301,6 +305,14 @@ func (s *Scenario) Validate() []*FieldError {
 	}
 	if s.Cluster.SpotDiscount <= 0 || s.Cluster.SpotDiscount > 1 {
 		bad("cluster.spotDiscount", "must be in (0, 1]")
+	}
+	for z, f := range s.Cluster.ZoneSpotFactor {
+		if !slices.Contains(s.Cluster.Zones, z) {
+			bad("cluster.zoneSpotFactor", "zone %q is not in cluster.zones", z)
+		}
+		if f <= 0 {
+			bad("cluster.zoneSpotFactor", "factor of %s must be > 0", z)
+		}
 	}
 	for name, d := range map[string]Dist{
 		"timing.karpenterBoot": s.Timing.KarpenterBoot, "timing.lifeboatResume": s.Timing.LifeboatResume,

@@ -1,0 +1,90 @@
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
+)
+
+// RegisterConversions adds conversions between the v1 and internal args to a scheme.
+func RegisterConversions(s *runtime.Scheme) error {
+	fns := []struct {
+		a, b interface{}
+		fn   conversion.ConversionFunc
+	}{
+		{(*LifeboatTaintsArgs)(nil), (*config.LifeboatTaintsArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			Convert_v1_LifeboatTaintsArgs_To_config_LifeboatTaintsArgs(a.(*LifeboatTaintsArgs), b.(*config.LifeboatTaintsArgs))
+			return nil
+		}},
+		{(*config.LifeboatTaintsArgs)(nil), (*LifeboatTaintsArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			Convert_config_LifeboatTaintsArgs_To_v1_LifeboatTaintsArgs(a.(*config.LifeboatTaintsArgs), b.(*LifeboatTaintsArgs))
+			return nil
+		}},
+		{(*LifeboatPlacementArgs)(nil), (*config.LifeboatPlacementArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs(a.(*LifeboatPlacementArgs), b.(*config.LifeboatPlacementArgs))
+			return nil
+		}},
+		{(*config.LifeboatPlacementArgs)(nil), (*LifeboatPlacementArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs(a.(*config.LifeboatPlacementArgs), b.(*LifeboatPlacementArgs))
+			return nil
+		}},
+		{(*CapacityPoolSpreadArgs)(nil), (*config.CapacityPoolSpreadArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs(a.(*CapacityPoolSpreadArgs), b.(*config.CapacityPoolSpreadArgs))
+			return nil
+		}},
+		{(*config.CapacityPoolSpreadArgs)(nil), (*CapacityPoolSpreadArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			Convert_config_CapacityPoolSpreadArgs_To_v1_CapacityPoolSpreadArgs(a.(*config.CapacityPoolSpreadArgs), b.(*CapacityPoolSpreadArgs))
+			return nil
+		}},
+	}
+	for _, f := range fns {
+		if err := s.AddConversionFunc(f.a, f.b, f.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Convert_v1_LifeboatTaintsArgs_To_config_LifeboatTaintsArgs converts wire args to internal.
+func Convert_v1_LifeboatTaintsArgs_To_config_LifeboatTaintsArgs(in *LifeboatTaintsArgs, out *config.LifeboatTaintsArgs) { //nolint:revive // scheme naming convention
+	out.ProtectedPodTaintKeys = append([]string(nil), in.ProtectedPodTaintKeys...)
+	out.ReservedTaintKeys = append([]string(nil), in.ReservedTaintKeys...)
+}
+
+// Convert_config_LifeboatTaintsArgs_To_v1_LifeboatTaintsArgs converts internal args to wire.
+func Convert_config_LifeboatTaintsArgs_To_v1_LifeboatTaintsArgs(in *config.LifeboatTaintsArgs, out *LifeboatTaintsArgs) { //nolint:revive // scheme naming convention
+	out.ProtectedPodTaintKeys = append([]string(nil), in.ProtectedPodTaintKeys...)
+	out.ReservedTaintKeys = append([]string(nil), in.ReservedTaintKeys...)
+}
+
+// Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs converts wire args to internal.
+func Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs(in *LifeboatPlacementArgs, out *config.LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
+	out.InterruptionTaintKeys = append([]string(nil), in.InterruptionTaintKeys...)
+}
+
+// Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs converts internal args to wire.
+func Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs(in *config.LifeboatPlacementArgs, out *LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
+	out.InterruptionTaintKeys = append([]string(nil), in.InterruptionTaintKeys...)
+}
+
+// Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs converts wire args to
+// internal; unset fields become zero values (defaulting runs before conversion).
+func Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs(in *CapacityPoolSpreadArgs, out *config.CapacityPoolSpreadArgs) { //nolint:revive // scheme naming convention
+	out.HotPoolPenalty = ptr.Deref(in.HotPoolPenalty, 0)
+	if in.HotPoolHalfLife != nil {
+		out.HotPoolHalfLife = *in.HotPoolHalfLife
+	}
+	out.TelemetryNamespace = ptr.Deref(in.TelemetryNamespace, "")
+	out.TelemetryConfigMapName = ptr.Deref(in.TelemetryConfigMapName, "")
+}
+
+// Convert_config_CapacityPoolSpreadArgs_To_v1_CapacityPoolSpreadArgs converts internal args to wire.
+func Convert_config_CapacityPoolSpreadArgs_To_v1_CapacityPoolSpreadArgs(in *config.CapacityPoolSpreadArgs, out *CapacityPoolSpreadArgs) { //nolint:revive // scheme naming convention
+	out.HotPoolPenalty = ptr.To(in.HotPoolPenalty)
+	halfLife := in.HotPoolHalfLife
+	out.HotPoolHalfLife = &halfLife
+	out.TelemetryNamespace = ptr.To(in.TelemetryNamespace)
+	out.TelemetryConfigMapName = ptr.To(in.TelemetryConfigMapName)
+}

@@ -1,0 +1,67 @@
+package v1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
+)
+
+const (
+	// DefaultHotPoolPenalty: one interruption in the recent past costs a pool one replica.
+	DefaultHotPoolPenalty int32 = 1
+	// DefaultHotPoolHalfLife: correlated reclaims of one pool cluster within minutes (>92% of
+	// co-interruptions within 3 min, FACTS.md), so the signal should fade within the hour.
+	DefaultHotPoolHalfLife = 10 * time.Minute
+)
+
+// RegisterDefaults adds the args' defaulting functions to a scheme.
+func RegisterDefaults(scheme *runtime.Scheme) error {
+	scheme.AddTypeDefaultingFunc(&LifeboatTaintsArgs{}, func(obj interface{}) {
+		SetDefaults_LifeboatTaintsArgs(obj.(*LifeboatTaintsArgs))
+	})
+	scheme.AddTypeDefaultingFunc(&LifeboatPlacementArgs{}, func(obj interface{}) {
+		SetDefaults_LifeboatPlacementArgs(obj.(*LifeboatPlacementArgs))
+	})
+	scheme.AddTypeDefaultingFunc(&CapacityPoolSpreadArgs{}, func(obj interface{}) {
+		SetDefaults_CapacityPoolSpreadArgs(obj.(*CapacityPoolSpreadArgs))
+	})
+	return nil
+}
+
+// SetDefaults_LifeboatTaintsArgs sets the contract's taints (DESIGN.md "Nodes of the warm pool").
+func SetDefaults_LifeboatTaintsArgs(obj *LifeboatTaintsArgs) { //nolint:revive // scheme naming convention
+	if obj.ProtectedPodTaintKeys == nil {
+		obj.ProtectedPodTaintKeys = []string{v1alpha1.TaintLifeboat}
+	}
+	if obj.ReservedTaintKeys == nil {
+		obj.ReservedTaintKeys = []string{v1alpha1.TaintLifeboat, v1alpha1.TaintStandby}
+	}
+}
+
+// SetDefaults_LifeboatPlacementArgs marks Karpenter's and Lifeboat's interruption taints.
+func SetDefaults_LifeboatPlacementArgs(obj *LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
+	if obj.InterruptionTaintKeys == nil {
+		obj.InterruptionTaintKeys = []string{v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintInterrupted}
+	}
+}
+
+// SetDefaults_CapacityPoolSpreadArgs points at the controller's telemetry ConfigMap.
+func SetDefaults_CapacityPoolSpreadArgs(obj *CapacityPoolSpreadArgs) { //nolint:revive // scheme naming convention
+	if obj.HotPoolPenalty == nil {
+		obj.HotPoolPenalty = ptr.To(DefaultHotPoolPenalty)
+	}
+	if obj.HotPoolHalfLife == nil {
+		obj.HotPoolHalfLife = &metav1.Duration{Duration: DefaultHotPoolHalfLife}
+	}
+	if obj.TelemetryNamespace == nil {
+		obj.TelemetryNamespace = ptr.To(telemetry.Namespace)
+	}
+	if obj.TelemetryConfigMapName == nil {
+		obj.TelemetryConfigMapName = ptr.To(telemetry.Name)
+	}
+}

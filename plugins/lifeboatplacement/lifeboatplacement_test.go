@@ -1,0 +1,218 @@
+package lifeboatplacement
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
+)
+
+var (
+	disrupted   = v1.Taint{Key: v1alpha1.TaintKarpenterDisrupted, Effect: v1.TaintEffectNoSchedule}
+	interrupted = v1.Taint{Key: v1alpha1.TaintInterrupted, Effect: v1.TaintEffectNoSchedule}
+)
+
+func poolNode(name string, state v1alpha1.NodeState, taints ...v1.Taint) *v1.Node {
+	return st.MakeNode().Name(name).Label(v1alpha1.LabelPool, "pool-a").Label(v1alpha1.LabelState, string(state)).Taints(taints).Obj()
+}
+
+func ordinaryNode(name string, taints ...v1.Taint) *v1.Node {
+	return st.MakeNode().Name(name).Taints(taints).Obj()
+}
+
+var (
+	protected   = st.MakePod().Name("p").Namespace("ns").Label(v1alpha1.LabelProtected, "true").Obj()
+	unprotected = st.MakePod().Name("u").Namespace("ns").Obj()
+)
+
+func newPlugin(t *testing.T, args runtime.Object) *LifeboatPlacement {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	p, err := New(ctx, args, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return p.(*LifeboatPlacement)
+}
+
+func TestFilter(t *testing.T) {
+	tests := []struct {
+		name       string
+		pod        *v1.Pod
+		node       *v1.Node
+		args       runtime.Object
+		wantReason string // "" = passes
+	}{
+		{name: "ordinary node", pod: unprotected, node: ordinaryNode("n")},
+		{name: "active pool node", pod: protected, node: poolNode("n", v1alpha1.NodeStateActive)},
+		{name: "draining pool node is no target after handoff starts", pod: protected, node: poolNode("n", v1alpha1.NodeStateDraining), wantReason: ErrReasonPoolNodeNotActive},
+		{name: "standby pool node", pod: protected, node: poolNode("n", v1alpha1.NodeStateStandby), wantReason: ErrReasonPoolNodeNotActive},
+		{name: "warming pool node", pod: protected, node: poolNode("n", v1alpha1.NodeStateWarming), wantReason: ErrReasonPoolNodeNotActive},
+		{name: "pool node without state", pod: protected, node: st.MakeNode().Name("n").Label(v1alpha1.LabelPool, "a").Obj(), wantReason: ErrReasonPoolNodeNotActive},
+		{name: "Karpenter is disrupting the node", pod: unprotected, node: ordinaryNode("n", disrupted), wantReason: ErrReasonInterrupted},
+		{name: "Lifeboat marked the node interrupted", pod: protected, node: ordinaryNode("n", interrupted), wantReason: ErrReasonInterrupted},
+		{
+			name: "an interruption taint counts whatever its effect", pod: protected,
+			node: ordinaryNode("n", v1.Taint{Key: v1alpha1.TaintInterrupted, Effect: v1.TaintEffectPreferNoSchedule}), wantReason: ErrReasonInterrupted,
+		},
+		{name: "active pool node under interruption", pod: protected, node: poolNode("n", v1alpha1.NodeStateActive, disrupted), wantReason: ErrReasonInterrupted},
+		{
+			name: "custom interruption taints", pod: protected, node: ordinaryNode("n", v1.Taint{Key: "example.com/reclaim", Effect: v1.TaintEffectNoSchedule}),
+			args: &config.LifeboatPlacementArgs{InterruptionTaintKeys: []string{"example.com/reclaim"}}, wantReason: ErrReasonInterrupted,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			p := newPlugin(t, tt.args)
+			ni := framework.NewNodeInfo()
+			ni.SetNode(tt.node)
+			got := p.Filter(ctx, nil, tt.pod, ni)
+			if tt.wantReason == "" {
+				if !got.IsSuccess() {
+					t.Fatalf("Filter = %v, want success", got)
+				}
+				return
+			}
+			if got.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(strings.Join(got.Reasons(), ";"), tt.wantReason) {
+				t.Fatalf("Filter = %v %v, want UnschedulableAndUnresolvable %q", got.Code(), got.Reasons(), tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestScore(t *testing.T) {
+	nodes := []*v1.Node{ordinaryNode("ordinary"), poolNode("active", v1alpha1.NodeStateActive)}
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		wantSkip bool
+		want     map[string]int64
+	}{
+		{name: "protected pods prefer active lifeboat nodes", pod: protected, want: map[string]int64{"ordinary": 0, "active": fwk.MaxNodeScore}},
+		{name: "unprotected pods are not scored", pod: unprotected, wantSkip: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			p := newPlugin(t, nil)
+			state := framework.NewCycleState()
+			infos := tf.BuildNodeInfos(nodes)
+			s := p.PreScore(ctx, state, tt.pod, infos)
+			if tt.wantSkip {
+				if !s.IsSkip() {
+					t.Fatalf("PreScore = %v, want Skip", s)
+				}
+				return
+			}
+			for _, ni := range infos {
+				got, s := p.Score(ctx, state, tt.pod, ni)
+				if !s.IsSuccess() {
+					t.Fatal(s)
+				}
+				if got != tt.want[ni.Node().Name] {
+					t.Errorf("Score(%s) = %d, want %d", ni.Node().Name, got, tt.want[ni.Node().Name])
+				}
+			}
+		})
+	}
+}
+
+// TestScoreInFramework runs the plugin inside a framework built by the test utilities:
+// filters drop the draining node and the weighted score puts the active lifeboat node first.
+func TestScoreInFramework(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nodes := []*v1.Node{ordinaryNode("ordinary"), poolNode("active", v1alpha1.NodeStateActive), poolNode("draining", v1alpha1.NodeStateDraining)}
+	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		tf.RegisterPluginAsExtensionsWithWeight(Name, 20, New, "Filter", "PreScore", "Score"),
+	}, "lifeboat-scheduler", frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := framework.NewCycleState()
+	infos := tf.BuildNodeInfos(nodes)
+	var feasible []fwk.NodeInfo
+	for _, ni := range infos {
+		if fh.RunFilterPlugins(ctx, state, protected, ni).IsSuccess() {
+			feasible = append(feasible, ni)
+		}
+	}
+	if len(feasible) != 2 {
+		t.Fatalf("feasible nodes = %d, want 2 (the draining node filtered)", len(feasible))
+	}
+	if s := fh.RunPreScorePlugins(ctx, state, protected, feasible); !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	scores, s := fh.RunScorePlugins(ctx, state, protected, feasible)
+	if !s.IsSuccess() {
+		t.Fatal(s)
+	}
+	got := map[string]int64{}
+	for _, sc := range scores {
+		got[sc.Name] = sc.TotalScore
+	}
+	if got["active"] != 20*fwk.MaxNodeScore || got["ordinary"] != 0 {
+		t.Errorf("total scores = %v, want active=%d ordinary=0", got, 20*fwk.MaxNodeScore)
+	}
+}
+
+func TestQueueingHints(t *testing.T) {
+	tests := []struct {
+		name     string
+		old, new *v1.Node
+		want     fwk.QueueingHint
+	}{
+		{name: "pool node turns active", old: poolNode("n", v1alpha1.NodeStateStandby), new: poolNode("n", v1alpha1.NodeStateActive), want: fwk.Queue},
+		{name: "pool node starts draining", old: poolNode("n", v1alpha1.NodeStateActive), new: poolNode("n", v1alpha1.NodeStateDraining), want: fwk.QueueSkip},
+		{name: "disruption taint removed", old: ordinaryNode("n", disrupted), new: ordinaryNode("n"), want: fwk.Queue},
+		{name: "new ordinary node", new: ordinaryNode("n"), want: fwk.Queue},
+		{name: "new standby node", new: poolNode("n", v1alpha1.NodeStateStandby), want: fwk.QueueSkip},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			p := newPlugin(t, nil)
+			var old interface{}
+			if tt.old != nil {
+				old = tt.old
+			}
+			got, err := p.isSchedulableAfterNodeChange(logger, protected, old, tt.new)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("hint = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewRejectsInvalidArgs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for _, args := range []*config.LifeboatPlacementArgs{{}, {InterruptionTaintKeys: []string{"-bad-"}}} {
+		if _, err := New(ctx, args, nil); err == nil || !strings.Contains(err.Error(), "interruptionTaintKeys") {
+			t.Errorf("New(%v) error = %v, want one naming interruptionTaintKeys", args.InterruptionTaintKeys, err)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	metrics.Register() // the framework records plugin metrics
+	m.Run()
+}

@@ -1,0 +1,280 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
+	"github.com/lifeboat-k8s/lifeboat/plugins/lifeboatplacement"
+	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+)
+
+// TestPlacement runs the in-process lifeboat scheduler (manifest profile, out-of-tree
+// plugins) against a real kube-apiserver with fake Nodes. Subtests run in sequence; each
+// creates and removes its own nodes.
+func TestPlacement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
+	c := cluster.StartT(t, cluster.Options{})
+	client := c.Client()
+
+	// Telemetry the controller would maintain: pool c5.xlarge/us-east-1c/spot was reclaimed
+	// three times just now. Created before the scheduler so its first decisions see it.
+	createTelemetry(t, client, map[string]telemetry.PoolStats{
+		telemetry.PoolKey("c5.xlarge", "us-east-1c", "spot"): {Interruptions: 3, LastInterruption: time.Now()},
+	})
+	startScheduler(t, c.RESTConfig())
+
+	t.Run("protected pods go to active lifeboat nodes first", func(t *testing.T) {
+		ns := createNamespace(t, client, "first")
+		createNodes(t, client,
+			nodeSpec{name: "spot-1", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "spot-2", labels: spotLabels("m5.large", "us-east-1b")},
+			nodeSpec{name: "lb-1", labels: poolLabels(v1alpha1.NodeStateActive, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint}, pods: "3"},
+			nodeSpec{name: "lb-2", labels: poolLabels(v1alpha1.NodeStateActive, "m5.large", "us-east-1b"), taints: []v1.Taint{lifeboatTaint}, pods: "3"},
+		)
+		// Eight evicted replicas, with the stateless tier's preferred Spot affinity: six fit
+		// on the lifeboat nodes, the rest spill over onto ordinary capacity.
+		for i := range 8 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("p%d", i), protected, preferSpot, ownedBy("ReplicaSet", "web", "uid-web")))
+		}
+		placement := waitBound(t, client, ns, 8)
+		got := countBy(placement, func(n string) bool { return strings.HasPrefix(n, "lb-") })
+		if got[true] != 6 || got[false] != 2 {
+			t.Errorf("on lifeboat nodes: %d, elsewhere: %d; want 6 and 2 (placement %v)", got[true], got[false], placement)
+		}
+	})
+
+	t.Run("unprotected pods never go to pool nodes, nobody to standby nodes", func(t *testing.T) {
+		ns := createNamespace(t, client, "reserved")
+		createNodes(t, client,
+			nodeSpec{name: "ordinary", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "lb-active", labels: poolLabels(v1alpha1.NodeStateActive, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint}},
+			nodeSpec{name: "lb-standby", labels: poolLabels(v1alpha1.NodeStateStandby, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint, standbyTaint}},
+		)
+		tolerateAll := v1.Toleration{Operator: v1.TolerationOpExists}
+		for i := range 6 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("plain%d", i)))
+			createPods(t, client, makePod(ns, fmt.Sprintf("wildcard%d", i), tolerations(tolerateAll)))
+		}
+		for i := range 6 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("protected%d", i), protected, tolerations(tolerateAll)))
+		}
+		placement := waitBound(t, client, ns, 18)
+		for pod, node := range placement {
+			switch {
+			case node == "lb-standby":
+				t.Errorf("pod %s on the standby node", pod)
+			case node == "lb-active" && !strings.HasPrefix(pod, "protected"):
+				t.Errorf("unprotected pod %s on a pool node", pod)
+			case strings.HasPrefix(pod, "protected") && node != "lb-active":
+				t.Errorf("protected pod %s on %s, want lb-active", pod, node)
+			}
+		}
+	})
+
+	t.Run("nodes under interruption are never chosen", func(t *testing.T) {
+		ns := createNamespace(t, client, "interrupted")
+		createNodes(t, client,
+			nodeSpec{name: "clean", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "disrupted", labels: spotLabels("m5.large", "us-east-1b"),
+				taints: []v1.Taint{{Key: v1alpha1.TaintKarpenterDisrupted, Effect: v1.TaintEffectNoSchedule}}},
+			nodeSpec{name: "interrupted", labels: spotLabels("m5.large", "us-east-1c"),
+				taints: []v1.Taint{{Key: v1alpha1.TaintInterrupted, Effect: v1.TaintEffectNoSchedule}}},
+			nodeSpec{name: "lb-interrupted", labels: poolLabels(v1alpha1.NodeStateActive, "m5.large", "us-east-1a"),
+				taints: []v1.Taint{lifeboatTaint, {Key: v1alpha1.TaintKarpenterDisrupted, Effect: v1.TaintEffectNoSchedule}}},
+			nodeSpec{name: "lb-draining", labels: poolLabels(v1alpha1.NodeStateDraining, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint}},
+		)
+		// Even Pods that tolerate every taint stay off nodes under interruption.
+		tolerateAll := v1.Toleration{Operator: v1.TolerationOpExists}
+		for i := range 5 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("p%d", i), protected, tolerations(tolerateAll)))
+			createPods(t, client, makePod(ns, fmt.Sprintf("u%d", i), tolerations(tolerateAll)))
+		}
+		for pod, node := range waitBound(t, client, ns, 10) {
+			if node != "clean" {
+				t.Errorf("pod %s on %s, want clean", pod, node)
+			}
+		}
+	})
+
+	t.Run("replicas spread across capacity pools", func(t *testing.T) {
+		ns := createNamespace(t, client, "spread")
+		// Uneven pools: spreading over nodes alone (least allocated) would give 8/2/2.
+		var specs []nodeSpec
+		for _, p := range []struct {
+			typ, zone string
+			nodes     int
+		}{{"m5.large", "us-east-1a", 4}, {"m5.large", "us-east-1b", 1}, {"c5.large", "us-east-1a", 1}} {
+			for i := range p.nodes {
+				specs = append(specs, nodeSpec{name: fmt.Sprintf("%s-%s-%d", p.typ, p.zone, i), labels: spotLabels(p.typ, p.zone)})
+			}
+		}
+		createNodes(t, client, specs...)
+		pools := poolOf(t, client, nodeNames(specs))
+		for i := range 12 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("r%d", i), ownedBy("ReplicaSet", "spread", "uid-spread")))
+		}
+		got := countBy(waitBound(t, client, ns, 12), func(n string) string { return pools[n] })
+		for pool, n := range got {
+			if n != 4 {
+				t.Errorf("pool %s holds %d replicas, want 4 (all: %v)", pool, n, got)
+			}
+		}
+		if len(got) != 3 {
+			t.Errorf("replicas in %d pools, want 3: %v", len(got), got)
+		}
+	})
+
+	t.Run("a hot pool gets fewer replicas", func(t *testing.T) {
+		ns := createNamespace(t, client, "hot")
+		// The hot pool has the most nodes: without telemetry it would get its 4.
+		var specs []nodeSpec
+		for _, p := range []struct {
+			typ, zone string
+			nodes     int
+		}{{"m5.xlarge", "us-east-1a", 1}, {"m5.xlarge", "us-east-1b", 1}, {"c5.xlarge", "us-east-1c", 4}} {
+			for i := range p.nodes {
+				specs = append(specs, nodeSpec{name: fmt.Sprintf("%s-%s-%d", p.typ, p.zone, i), labels: spotLabels(p.typ, p.zone)})
+			}
+		}
+		createNodes(t, client, specs...)
+		pools := poolOf(t, client, nodeNames(specs))
+		for i := range 12 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("r%d", i), ownedBy("ReplicaSet", "hot", "uid-hot")))
+		}
+		got := countBy(waitBound(t, client, ns, 12), func(n string) string { return pools[n] })
+		hot := telemetry.PoolKey("c5.xlarge", "us-east-1c", "spot")
+		// Three fresh interruptions weigh ~3 replicas: 5/5/2.
+		if got[hot] != 2 {
+			t.Errorf("hot pool holds %d replicas, want 2 (all: %v)", got[hot], got)
+		}
+	})
+
+	// What the controller does once the instance resumed: state active, standby taint off —
+	// in one patch, or in two (then the Pod is first rejected by LifeboatPlacement, and its
+	// queueing hint must requeue it on the label change).
+	activeLabel := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, v1alpha1.LabelState, v1alpha1.NodeStateActive)
+	onlyLifeboatTaint := fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"value":"default","effect":"NoSchedule"}]}}`, v1alpha1.TaintLifeboat)
+	both := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}},"spec":{"taints":[{"key":%q,"value":"default","effect":"NoSchedule"}]}}`,
+		v1alpha1.LabelState, v1alpha1.NodeStateActive, v1alpha1.TaintLifeboat)
+	for i, activation := range []struct {
+		name    string
+		patches []string
+	}{
+		{name: "one patch", patches: []string{both}},
+		{name: "standby taint off, then state active", patches: []string{onlyLifeboatTaint, activeLabel}},
+	} {
+		t.Run("a pending pod binds promptly when a lifeboat node turns active: "+activation.name, func(t *testing.T) {
+			ns := createNamespace(t, client, fmt.Sprintf("resume-%d", i))
+			lbNode := fmt.Sprintf("lb-resuming-%d", i)
+			createNodes(t, client,
+				nodeSpec{name: fmt.Sprintf("full-%d", i), labels: spotLabels("m5.large", "us-east-1a"), pods: "0"},
+				nodeSpec{name: lbNode, labels: poolLabels(v1alpha1.NodeStateStandby, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint, standbyTaint}},
+			)
+			createPods(t, client, makePod(ns, "evicted", protected))
+			waitUnschedulable(t, client, ns, "evicted")
+			// Let the pod settle in the unschedulable queue past its back-off, as a Pod
+			// waiting for resumed capacity would.
+			time.Sleep(2 * time.Second)
+
+			var activated time.Time
+			for j, patch := range activation.patches {
+				if j == len(activation.patches)-1 {
+					activated = time.Now()
+				}
+				if _, err := client.CoreV1().Nodes().Patch(context.Background(), lbNode, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if j < len(activation.patches)-1 {
+					// The intermediate state must not be enough: the node is not active yet.
+					waitUnschedulableAgain(t, client, ns, "evicted")
+				}
+			}
+			var node string
+			// Generous bound: far below the 5-minute flush of unschedulable Pods, so only the
+			// plugins' queueing hints can make it; docs/benchmarks/scheduler.md has the figure.
+			err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				p, err := client.CoreV1().Pods(ns).Get(ctx, "evicted", metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				node = p.Spec.NodeName
+				return node != "", nil
+			})
+			if err != nil {
+				t.Fatalf("pod not bound after the node turned active: %v", err)
+			}
+			t.Logf("bound to %s %s after the node turned active", node, time.Since(activated).Round(time.Millisecond))
+			if node != lbNode {
+				t.Errorf("bound to %s, want %s", node, lbNode)
+			}
+		})
+	}
+}
+
+// waitUnschedulableAgain waits until the scheduler retried the Pod and reported it
+// Unschedulable by LifeboatPlacement (the node is not active yet), or gives up after a second:
+// the retry may also still be queued, which the final bind check covers.
+func waitUnschedulableAgain(t *testing.T, client kubernetes.Interface, namespace, name string) {
+	t.Helper()
+	_ = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod bound to %s before the node was active", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodScheduled && strings.Contains(c.Message, lifeboatplacement.ErrReasonPoolNodeNotActive) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// poolOf maps node names to capacity pool keys, read back from the API.
+func poolOf(t *testing.T, client kubernetes.Interface, names []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range names {
+		node, err := client.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = telemetry.PoolKeyFromLabels(node.Labels)
+	}
+	return out
+}
+
+// createTelemetry writes the pool telemetry ConfigMap in Lifeboat's namespace.
+func createTelemetry(t *testing.T, client kubernetes.Interface, pools map[string]telemetry.PoolStats) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: telemetry.Namespace}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := &telemetry.Telemetry{WindowSeconds: 3600, Updated: time.Now(), Pools: pools}
+	data, err := doc.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: telemetry.Namespace, Name: telemetry.Name}, Data: data}
+	if _, err := client.CoreV1().ConfigMaps(telemetry.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
