@@ -51,10 +51,16 @@ test: tools build ## Run every test: unit, integration and end-to-end on the rea
 test-unit: ## Run the tests that need no control plane (-short)
 	go test -short ./...
 
+.PHONY: generate
+generate: ## Regenerate the WarmPool deepcopy code and CRD (controller-gen)
+	bash hack/generate.sh
+
 .PHONY: verify
 verify: ## gofmt, go vet, and go mod tidy must leave no diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	bash hack/generate.sh
+	@git diff --exit-code -- manifests/crds pkg/apis || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@cp go.mod /tmp/lifeboat.go.mod.bak; cp go.sum /tmp/lifeboat.go.sum.bak; go mod tidy; \
 	  if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changed go.mod/go.sum:"; git diff -- go.mod go.sum; \
 	  cp /tmp/lifeboat.go.mod.bak go.mod; cp /tmp/lifeboat.go.sum.bak go.sum; exit 1; fi
@@ -72,6 +78,10 @@ bench-webhook: tools ## Webhook: mutation-path Go benchmark + Pod CREATE latency
 .PHONY: bench-scheduler
 bench-scheduler: tools ## Scheduler: pods/s of lifeboat-scheduler vs default-scheduler, 1000 nodes / 5000 Pods
 	bash hack/bench-scheduler.sh
+
+.PHONY: bench-controller
+bench-controller: tools ## Controller: notice → StartInstances latency (1 and 10 at once), 100-instance reconcile cost
+	bash hack/bench-controller.sh
 
 .PHONY: bench-cloud
 bench-cloud: ## Cloud layer: StartInstances and SQS receive/delete round trips through the emulator

@@ -31,6 +31,9 @@ const LabelWorkload = "sim.lifeboat.dev/workload"
 func instanceTypes(s *scenario.Scenario) []cluster.InstanceType {
 	var out []cluster.InstanceType
 	for _, it := range s.Cluster.InstanceTypes {
+		if it.PoolOnly {
+			continue
+		}
 		pods := it.Pods
 		if pods == 0 {
 			pods = 29

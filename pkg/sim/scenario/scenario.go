@@ -63,6 +63,9 @@ type InstanceType struct {
 	Memory      string  `yaml:"memory"`
 	Pods        int     `yaml:"pods,omitempty"`
 	OnDemandUSD float64 `yaml:"onDemandPrice"`
+	// PoolOnly types are not offered to Karpenter, only to the warm pool (a pool may use a
+	// larger type than the NodePools do).
+	PoolOnly bool `yaml:"poolOnly,omitempty"`
 }
 
 // Timing is the timing model; every figure is a distribution (mean ± jitter).

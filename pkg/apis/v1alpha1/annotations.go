@@ -1,0 +1,74 @@
+package v1alpha1
+
+// Annotations and labels the controller writes on Nodes and workloads to keep its state in
+// Kubernetes objects (DESIGN.md: "state lives in EC2 tags and Kubernetes objects, never only in
+// memory"). docs/WARMPOOL.md describes each.
+const (
+	// LabelResumedFor on a pool Node names the interrupted Node it was resumed for. It is
+	// written (with a resourceVersion precondition) before StartInstances, so a restarted or
+	// duplicated decision finds the nodes already claimed.
+	LabelResumedFor = Group + "/resumed-for"
+	// AnnotationActivatedAt (RFC 3339) on a pool Node: when it was claimed to resume.
+	AnnotationActivatedAt = Group + "/activated-at"
+	// AnnotationStartRequestedAt (RFC 3339) on a claimed pool Node: when StartInstances
+	// succeeded for it. A repeated decision pass does not start it again.
+	AnnotationStartRequestedAt = Group + "/start-requested-at"
+	// AnnotationResumedReadyAt (RFC 3339) on a pool Node: when it was first seen Ready after resuming
+	// (its standby taint was removed then).
+	AnnotationResumedReadyAt = Group + "/resumed-ready-at"
+	// AnnotationDrainingSince (RFC 3339) on a pool Node: when its handoff started.
+	AnnotationDrainingSince = Group + "/draining-since"
+	// AnnotationHibernateRequestedAt (RFC 3339) on a warming pool Node: when StopInstances
+	// (Hibernate=true) was sent.
+	AnnotationHibernateRequestedAt = Group + "/hibernate-requested-at"
+	// AnnotationWarmingSince (RFC 3339) on a pool Node: when its pre-pull started.
+	AnnotationWarmingSince = Group + "/warming-since"
+	// AnnotationInstanceID on a pool Node: its EC2 instance.
+	AnnotationInstanceID = Group + "/instance-id"
+
+	// AnnotationInterruptedAt (RFC 3339) on an interrupted Node: when the first notice arrived.
+	AnnotationInterruptedAt = Group + "/interrupted-at"
+	// AnnotationInterruptionSource on an interrupted Node: sqs/<kind> or karpenter-event.
+	AnnotationInterruptionSource = Group + "/interruption-source"
+	// AnnotationResumeDecision on an interrupted Node: the pool Nodes resumed for it (comma
+	// separated, "none" when none was needed or available). Present = decided, once.
+	AnnotationResumeDecision = Group + "/resume-decision"
+
+	// AnnotationHandoffSurge on a Deployment: JSON of the surge in progress
+	// ({"node":…,"base":R,"surge":n}) so a restarted controller finishes or undoes it.
+	AnnotationHandoffSurge = Group + "/handoff-surge"
+	// AnnotationHandoffHPAMin on a HorizontalPodAutoscaler: the minReplicas before a handoff
+	// raised it.
+	AnnotationHandoffHPAMin = Group + "/handoff-original-min-replicas"
+
+	// AnnotationRecycledAt (RFC 3339) on a pool Node: when its instance was terminated after
+	// the handoff.
+	AnnotationRecycledAt = Group + "/recycled-at"
+
+	// LabelPrePull marks the pre-pull Pods of warming nodes.
+	LabelPrePull = Group + "/prepull"
+
+	// FinalizerWarmPool terminates a deleted pool's instances before the WarmPool goes.
+	FinalizerWarmPool = Group + "/instances"
+)
+
+// Event reasons the controller records on WarmPools and Nodes.
+const (
+	EventLaunched            = "Launched"
+	EventHibernating         = "Hibernating"
+	EventStandby             = "Standby"
+	EventReplaced            = "Replaced"
+	EventInterrupted         = "Interrupted"
+	EventResumed             = "Resumed"
+	EventResumeFailed        = "ResumeFailed"
+	EventNoStandby           = "NoStandbyCapacity"
+	EventActive              = "Active"
+	EventHandoffStarted      = "HandoffStarted"
+	EventDrainBlockedByPDB   = "DrainBlockedByPDB"
+	EventHandoffDeadline     = "HandoffDeadlineExceeded"
+	EventRecycled            = "Recycled"
+	EventGarbageCollected    = "GarbageCollected"
+	EventNodePoolNotReady    = "NodePoolNotReady"
+	EventNodePoolPatched     = "NodePoolPatched"
+	EventHibernationDegraded = "HibernationDegraded"
+)

@@ -1,0 +1,130 @@
+// Package controllers wires Lifeboat's warm-pool controllers into one controller-runtime
+// manager. Each concern is its own package and reconciler; this file only builds them.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/garbagecollection"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/recycle"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/telemetry"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
+)
+
+// Scheme holds the types the controllers use: core, Karpenter v1, Lifeboat.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	gv := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
+	metav1.AddToGroupVersion(s, gv)
+	s.AddKnownTypes(gv, &karpv1.NodePool{}, &karpv1.NodePoolList{}, &karpv1.NodeClaim{}, &karpv1.NodeClaimList{})
+	return s
+}
+
+// CacheOptions limits the Event informer to Karpenter's SpotInterrupted events: the controller
+// needs no other Event, and a cluster-wide Event cache is large.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Event{}: {Field: fields.OneTermEqualSelector("reason", interruption.KarpenterReasonSpotInterrupted)},
+	}}
+}
+
+// Deps are the controllers' dependencies.
+type Deps struct {
+	Instances cloud.Instances
+	Clock     clock.Clock
+	// Queue, if set, is consumed for interruption notices (run only on the leader).
+	Queue *cloudinterruption.Consumer
+	// Namespace of Lifeboat (pre-pull Pods, telemetry). Default lifeboat-system.
+	Namespace       string
+	TelemetryWindow time.Duration
+	WarmPool        warmpool.Options
+	// ActiveRestartAfter, HandoffPoll and GCPeriod override those controllers' periods
+	// (tests); zero keeps the defaults.
+	ActiveRestartAfter time.Duration
+	HandoffPoll        time.Duration
+	GCPeriod, GCGrace  time.Duration
+}
+
+// Registered gives tests and benchmarks access to the built controllers.
+type Registered struct {
+	Interruption *interruption.Controller
+	WarmPool     *warmpool.Controller
+}
+
+// Register builds every controller and adds it to mgr.
+func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, error) {
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	if d.Namespace == "" {
+		d.Namespace = v1alpha1.DefaultNamespace
+	}
+	if d.TelemetryWindow == 0 {
+		d.TelemetryWindow = time.Hour
+	}
+	d.WarmPool.Namespace = d.Namespace
+	rec := mgr.GetEventRecorder("lifeboat-controller")
+	c := mgr.GetClient()
+	if err := interruption.RegisterIndexes(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("indexes: %w", err)
+	}
+	store := &telemetry.Store{Client: c, Clock: d.Clock, Window: d.TelemetryWindow, Namespace: d.Namespace}
+	wp := warmpool.New(c, d.Instances, d.Clock, rec, d.WarmPool)
+	intr := interruption.New(c, mgr.GetAPIReader(), d.Instances, d.Clock, rec, store)
+	act := interruption.NewActivator(c, d.Instances, d.Clock, rec)
+	if d.ActiveRestartAfter > 0 {
+		act.RestartAfter = d.ActiveRestartAfter
+	}
+	ho := handoff.New(c, d.Clock, rec)
+	if d.HandoffPoll > 0 {
+		ho.Poll = d.HandoffPoll
+	}
+	gc := garbagecollection.New(c, d.Instances, d.Clock, rec)
+	if d.GCPeriod > 0 {
+		gc.Period = d.GCPeriod
+	}
+	if d.GCGrace > 0 {
+		gc.Grace = d.GCGrace
+	}
+	for name, r := range map[string]interface{ Register(ctrl.Manager) error }{
+		"warmpool": wp, "interruption": intr, "activation": act, "handoff": ho,
+		"recycle": recycle.New(c, d.Instances, d.Clock, rec), "garbagecollection": gc,
+		"nodepool": nodepool.New(c, rec), "telemetry": &telemetry.Controller{Store: store},
+	} {
+		if err := r.Register(mgr); err != nil {
+			return nil, fmt.Errorf("register %s: %w", name, err)
+		}
+	}
+	if d.Queue != nil {
+		q := d.Queue
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			return q.Run(ctx, intr.HandleMessage)
+		})); err != nil {
+			return nil, err
+		}
+	}
+	return &Registered{Interruption: intr, WarmPool: wp}, nil
+}

@@ -1,0 +1,456 @@
+package handoff
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+)
+
+// DeletionCost is the pod-deletion-cost given to lifeboat Pods before a scale-down, so the
+// ReplicaSet controller removes them first.
+const DeletionCost = "-10000"
+
+// Surge is the AnnotationHandoffSurge document on a Deployment.
+type Surge struct {
+	Node        string `json:"node"`
+	Base        int32  `json:"base"`
+	Surge       int32  `json:"surge"`
+	ReadyBefore int32  `json:"readyBefore"`
+}
+
+// Controller hands off active lifeboat nodes.
+type Controller struct {
+	client   client.Client
+	clock    clock.Clock
+	recorder events.EventRecorder
+	// Poll is the requeue period during a drain. Default 2s.
+	Poll time.Duration
+}
+
+// New returns the controller.
+func New(c client.Client, clk clock.Clock, recorder events.EventRecorder) *Controller {
+	return &Controller{client: c, clock: clk, recorder: recorder, Poll: 2 * time.Second}
+}
+
+func serving(o client.Object) bool {
+	s := o.GetLabels()[v1alpha1.LabelState]
+	return o.GetLabels()[v1alpha1.LabelPool] != "" && (s == string(v1alpha1.NodeStateActive) || s == string(v1alpha1.NodeStateDraining))
+}
+
+// Register adds the controller.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("handoff").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(serving))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(c)
+}
+
+// Reconcile moves one lifeboat node through its handoff.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := klog.FromContext(ctx).WithValues("node", req.Name)
+	ctx = klog.NewContext(ctx, log)
+	n := &corev1.Node{}
+	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !serving(n) {
+		return reconcile.Result{}, nil
+	}
+	pool := &v1alpha1.WarmPool{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: nodeutil.Pool(n)}, pool); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	now := c.clock.Now()
+	if nodeutil.State(n) == v1alpha1.NodeStateActive {
+		return c.maybeStart(ctx, pool, n, now)
+	}
+	return c.drain(ctx, pool, n, now)
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil || d.Duration <= 0 {
+		return def
+	}
+	return d.Duration
+}
+
+func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n *corev1.Node, now time.Time) (reconcile.Result, error) {
+	if nodeutil.HasTaint(n, v1alpha1.TaintStandby) {
+		return reconcile.Result{}, nil // not activated yet
+	}
+	activated, ok := nodeutil.Time(n.Annotations, v1alpha1.AnnotationActivatedAt)
+	if !ok {
+		activated = now
+	}
+	due := activated.Add(durationOr(pool.Spec.ActiveDuration, 5*time.Minute))
+	if now.Before(due) {
+		if pool.Spec.Handoff != v1alpha1.HandoffWhenReplacementReady {
+			return reconcile.Result{RequeueAfter: due.Sub(now)}, nil
+		}
+		ready, err := c.replacementReady(ctx)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if !ready {
+			return reconcile.Result{RequeueAfter: min(due.Sub(now), 5*time.Second)}, nil
+		}
+	}
+	before := n.DeepCopy()
+	nodeutil.EnsureMaps(n)
+	n.Spec.Unschedulable = true
+	n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateDraining)
+	n.Annotations[v1alpha1.AnnotationDrainingSince] = nodeutil.FormatTime(now)
+	if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	c.recorder.Eventf(n, pool, corev1.EventTypeNormal, v1alpha1.EventHandoffStarted, "Handoff", "Cordoned after %s active; draining onto other capacity, surging first", now.Sub(activated).Round(time.Second))
+	return reconcile.Result{RequeueAfter: c.Poll}, nil
+}
+
+// replacementReady: no protected Pod is Pending and every Karpenter NodeClaim is initialized.
+func (c *Controller) replacementReady(ctx context.Context) (bool, error) {
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.MatchingLabels{v1alpha1.LabelProtected: "true"}); err != nil {
+		return false, err
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodPending {
+			return false, nil
+		}
+	}
+	claims := &karpv1.NodeClaimList{}
+	if err := c.client.List(ctx, claims); err != nil {
+		if meta.IsNoMatchError(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	for i := range claims.Items {
+		if !claims.Items[i].StatusConditions().Get(karpv1.ConditionTypeInitialized).IsTrue() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// podsOn lists the Pods a drain must move: not terminal, not DaemonSet, not pre-pull.
+func podsOn(ctx context.Context, c client.Client, node string) ([]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := c.List(ctx, list, client.MatchingFields{"spec.nodeName": node}); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if nodeutil.IsTerminal(p) || nodeutil.IsDaemonSetPod(p) || nodeutil.IsPrePullPod(p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// PodsOn is podsOn for the recycle controller.
+func PodsOn(ctx context.Context, c client.Client, node string) ([]*corev1.Pod, error) {
+	return podsOn(ctx, c, node)
+}
+
+func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *corev1.Node, now time.Time) (reconcile.Result, error) {
+	pods, err := podsOn(ctx, c.client, n.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	since, ok := nodeutil.Time(n.Annotations, v1alpha1.AnnotationDrainingSince)
+	if !ok {
+		since = now
+	}
+	rsToDeploy, err := c.replicaSetOwners(ctx, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	groups := GroupPods(pods, rsToDeploy)
+	if len(pods) == 0 {
+		return reconcile.Result{}, nil // empty: the recycle controller takes it from here
+	}
+	deadline := since.Add(durationOr(pool.Spec.HandoffDeadline, 15*time.Minute))
+	if now.After(deadline) {
+		return c.forceDrain(ctx, pool, n, groups)
+	}
+	var errs []error
+	blocked := []string{}
+	for _, g := range groups {
+		switch g.Kind {
+		case KindDeployment:
+			if err := c.surgeStep(ctx, n, g); err != nil {
+				errs = append(errs, err)
+			}
+		case KindEvict:
+			for _, p := range g.Pods {
+				if !p.DeletionTimestamp.IsZero() {
+					continue
+				}
+				err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+				switch {
+				case apierrors.IsTooManyRequests(err):
+					blocked = append(blocked, p.Namespace+"/"+p.Name)
+				case err != nil && !apierrors.IsNotFound(err):
+					errs = append(errs, fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err))
+				}
+			}
+		}
+	}
+	if len(blocked) > 0 {
+		msg := fmt.Sprintf("Drain of %s blocked by PodDisruptionBudgets that allow no disruption for %v; it continues until the handoff deadline %s, then deletes them", n.Name, blocked, deadline.UTC().Format(time.RFC3339))
+		if c.setDegraded(ctx, pool, v1alpha1.ReasonDrainBlockedByPDB, msg) {
+			c.recorder.Eventf(n, pool, corev1.EventTypeWarning, v1alpha1.EventDrainBlockedByPDB, "Drain", msg)
+		}
+	}
+	return reconcile.Result{RequeueAfter: c.Poll}, errors.Join(errs...)
+}
+
+func (c *Controller) replicaSetOwners(ctx context.Context, pods []*corev1.Pod) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range pods {
+		for _, o := range p.OwnerReferences {
+			if o.Kind != "ReplicaSet" {
+				continue
+			}
+			k := p.Namespace + "/" + o.Name
+			if _, done := out[k]; done {
+				continue
+			}
+			rs := &appsv1.ReplicaSet{}
+			if err := c.client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: o.Name}, rs); err != nil {
+				if apierrors.IsNotFound(err) {
+					out[k] = ""
+					continue
+				}
+				return nil, err
+			}
+			out[k] = ""
+			if ref := metav1.GetControllerOf(rs); ref != nil && ref.Kind == "Deployment" {
+				out[k] = ref.Name
+			}
+		}
+	}
+	return out, nil
+}
+
+// surgeStep advances one Deployment's surge: raise replicas by the lifeboat Pods' count (and an
+// HPA's minReplicas, which would otherwise undo it); once the Ready Pods elsewhere reach the
+// ready count from before the handoff, give the lifeboat Pods the lowest deletion cost and scale
+// back. The surge lives in an annotation so a restart resumes it.
+func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) error {
+	d := &appsv1.Deployment{}
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, d); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	var s Surge
+	if raw := d.Annotations[v1alpha1.AnnotationHandoffSurge]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			return fmt.Errorf("deployment %s/%s: bad %s: %w", d.Namespace, d.Name, v1alpha1.AnnotationHandoffSurge, err)
+		}
+		if s.Node != n.Name {
+			return nil // another node's surge first
+		}
+	} else {
+		base := ptr.Deref(d.Spec.Replicas, 1)
+		s = Surge{Node: n.Name, Base: base, Surge: int32(len(g.Pods)), ReadyBefore: d.Status.ReadyReplicas}
+		raw, _ := json.Marshal(s)
+		before := d.DeepCopy()
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[v1alpha1.AnnotationHandoffSurge] = string(raw)
+		d.Spec.Replicas = ptr.To(base + s.Surge)
+		if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("surge %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		return c.raiseHPA(ctx, d, base+s.Surge)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return err
+	}
+	ready, err := c.readyElsewhere(ctx, d.Namespace, sel, n.Name)
+	if err != nil {
+		return err
+	}
+	if !SurgeDone(ready, s.ReadyBefore) {
+		return nil
+	}
+	for _, p := range g.Pods {
+		if p.Annotations[corev1.PodDeletionCost] == DeletionCost {
+			continue
+		}
+		before := p.DeepCopy()
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[corev1.PodDeletionCost] = DeletionCost
+		if err := c.client.Patch(ctx, p, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return c.endSurge(ctx, d, s)
+}
+
+func (c *Controller) endSurge(ctx context.Context, d *appsv1.Deployment, s Surge) error {
+	before := d.DeepCopy()
+	delete(d.Annotations, v1alpha1.AnnotationHandoffSurge)
+	// If something else changed replicas meanwhile (an HPA, a user), take back only the surge.
+	d.Spec.Replicas = ptr.To(max(ptr.Deref(d.Spec.Replicas, s.Base+s.Surge)-s.Surge, s.Base))
+	if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("scale back %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return c.restoreHPA(ctx, d)
+}
+
+func (c *Controller) readyElsewhere(ctx context.Context, ns string, sel labels.Selector, node string) (int32, error) {
+	list := &corev1.PodList{}
+	if err := c.client.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return 0, err
+	}
+	var n int32
+	for _, p := range list.Items {
+		if p.Spec.NodeName != node && p.DeletionTimestamp.IsZero() && nodeutil.PodReady(&p) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (c *Controller) hpaFor(ctx context.Context, d *appsv1.Deployment) (*autoscalingv2.HorizontalPodAutoscaler, error) {
+	list := &autoscalingv2.HorizontalPodAutoscalerList{}
+	if err := c.client.List(ctx, list, client.InNamespace(d.Namespace)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		ref := list.Items[i].Spec.ScaleTargetRef
+		if ref.Kind == "Deployment" && ref.Name == d.Name {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// raiseHPA lifts an HPA's minReplicas to the surged count (capped by maxReplicas), keeping the
+// original in an annotation: otherwise the HPA scales the surge away.
+func (c *Controller) raiseHPA(ctx context.Context, d *appsv1.Deployment, replicas int32) error {
+	h, err := c.hpaFor(ctx, d)
+	if err != nil || h == nil {
+		return err
+	}
+	if _, done := h.Annotations[v1alpha1.AnnotationHandoffHPAMin]; done {
+		return nil
+	}
+	before := h.DeepCopy()
+	if h.Annotations == nil {
+		h.Annotations = map[string]string{}
+	}
+	h.Annotations[v1alpha1.AnnotationHandoffHPAMin] = strconv.Itoa(int(ptr.Deref(h.Spec.MinReplicas, 1)))
+	h.Spec.MinReplicas = ptr.To(min(replicas, h.Spec.MaxReplicas))
+	return c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+func (c *Controller) restoreHPA(ctx context.Context, d *appsv1.Deployment) error {
+	h, err := c.hpaFor(ctx, d)
+	if err != nil || h == nil {
+		return err
+	}
+	raw, ok := h.Annotations[v1alpha1.AnnotationHandoffHPAMin]
+	if !ok {
+		return nil
+	}
+	orig, err := strconv.Atoi(raw)
+	if err != nil {
+		orig = 1
+	}
+	before := h.DeepCopy()
+	delete(h.Annotations, v1alpha1.AnnotationHandoffHPAMin)
+	h.Spec.MinReplicas = ptr.To(int32(orig))
+	return c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+// forceDrain runs at the deadline: surges are ended, remaining Pods deleted (ignoring PDBs).
+func (c *Controller) forceDrain(ctx context.Context, pool *v1alpha1.WarmPool, n *corev1.Node, groups []Group) (reconcile.Result, error) {
+	var errs []error
+	count := 0
+	for _, g := range groups {
+		if g.Kind == KindDeployment {
+			d := &appsv1.Deployment{}
+			if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, d); err == nil {
+				var s Surge
+				if raw := d.Annotations[v1alpha1.AnnotationHandoffSurge]; raw != "" && json.Unmarshal([]byte(raw), &s) == nil && s.Node == n.Name {
+					if err := c.endSurge(ctx, d, s); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
+		}
+		for _, p := range g.Pods {
+			if !p.DeletionTimestamp.IsZero() {
+				continue
+			}
+			count++
+			if err := client.IgnoreNotFound(c.client.Delete(ctx, p)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if count > 0 {
+		msg := fmt.Sprintf("Handoff deadline %s passed on %s: deleted %d remaining Pods regardless of their PodDisruptionBudgets", durationOr(pool.Spec.HandoffDeadline, 15*time.Minute), n.Name, count)
+		c.setDegraded(ctx, pool, v1alpha1.ReasonHandoffDeadline, msg)
+		c.recorder.Eventf(n, pool, corev1.EventTypeWarning, v1alpha1.EventHandoffDeadline, "Drain", msg)
+	}
+	return reconcile.Result{RequeueAfter: c.Poll}, errors.Join(errs...)
+}
+
+// setDegraded sets the pool's Degraded condition; it reports whether it changed.
+func (c *Controller) setDegraded(ctx context.Context, pool *v1alpha1.WarmPool, reason, msg string) bool {
+	if cur := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionDegraded); cur != nil && cur.Status == metav1.ConditionTrue && cur.Reason == reason {
+		return false
+	}
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: pool.Generation})
+	if err := c.client.Status().Update(ctx, pool); err != nil {
+		klog.FromContext(ctx).Error(err, "Setting the Degraded condition")
+		return false
+	}
+	return true
+}
+
+// ObserveHandoff records a finished handoff (called by recycle).
+func ObserveHandoff(n *corev1.Node, now time.Time, outcome string) {
+	if since, ok := nodeutil.Time(n.Annotations, v1alpha1.AnnotationDrainingSince); ok {
+		metrics.HandoffSeconds.WithLabelValues(outcome).Observe(now.Sub(since).Seconds())
+	}
+}

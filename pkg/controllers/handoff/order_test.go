@@ -1,0 +1,64 @@
+package handoff
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func pod(ns, name, ownerKind, owner string, prio int32) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{Priority: ptr.To(prio)}}
+	if ownerKind != "" {
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: ownerKind, Name: owner, Controller: ptr.To(true)}}
+	}
+	return p
+}
+
+func names(g Group) []string {
+	var out []string
+	for _, p := range g.Pods {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
+}
+
+func TestGroupPods(t *testing.T) {
+	pods := []*corev1.Pod{
+		pod("b", "web-2", "ReplicaSet", "web-abc", 10000),
+		pod("a", "db-0", "StatefulSet", "db", 1000),
+		pod("b", "web-1", "ReplicaSet", "web-abc", 10000),
+		pod("a", "api-1", "ReplicaSet", "api-xyz", 10000),
+		pod("a", "batch-1", "Job", "batch", -100),
+		pod("a", "orphan-rs-1", "ReplicaSet", "no-deployment", 0),
+		pod("a", "bare", "", "", 0),
+	}
+	rs := map[string]string{"b/web-abc": "web", "a/api-xyz": "api"}
+	got := GroupPods(pods, rs)
+	if len(got) != 3 {
+		t.Fatalf("groups = %d, want 3: %+v", len(got), got)
+	}
+	if got[0].Kind != KindDeployment || got[0].Name != "api" || !reflect.DeepEqual(names(got[0]), []string{"a/api-1"}) {
+		t.Errorf("first group = %s %s %v", got[0].Kind, got[0].Name, names(got[0]))
+	}
+	if got[1].Name != "web" || !reflect.DeepEqual(names(got[1]), []string{"b/web-1", "b/web-2"}) {
+		t.Errorf("second group = %s %v", got[1].Name, names(got[1]))
+	}
+	wantEvict := []string{"a/batch-1", "a/bare", "a/orphan-rs-1", "a/db-0"}
+	if got[2].Kind != KindEvict || !reflect.DeepEqual(names(got[2]), wantEvict) {
+		t.Errorf("evict group = %v, want %v (lowest priority first)", names(got[2]), wantEvict)
+	}
+}
+
+func TestSurgeDone(t *testing.T) {
+	for _, tt := range []struct {
+		elsewhere, before int32
+		want              bool
+	}{{3, 4, false}, {4, 4, true}, {5, 4, true}, {0, 0, true}} {
+		if got := SurgeDone(tt.elsewhere, tt.before); got != tt.want {
+			t.Errorf("SurgeDone(%d, %d) = %v", tt.elsewhere, tt.before, got)
+		}
+	}
+}

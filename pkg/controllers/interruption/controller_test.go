@@ -1,0 +1,253 @@
+package interruption
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+)
+
+// fakeInstances records calls; ICE makes Resume of the listed IDs fail with no capacity.
+type fakeInstances struct {
+	mu      sync.Mutex
+	resumed map[string]int
+	ice     map[string]bool
+	gone    map[string]bool
+}
+
+func (f *fakeInstances) Launch(context.Context, cloud.LaunchRequest) (*cloud.Instance, error) {
+	return nil, fmt.Errorf("not used")
+}
+func (f *fakeInstances) Hibernate(context.Context, string) error { return nil }
+func (f *fakeInstances) Resume(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ice[id] {
+		return fmt.Errorf("resume %s: %w", id, cloud.ErrInsufficientCapacity)
+	}
+	f.resumed[id]++
+	return nil
+}
+func (f *fakeInstances) Terminate(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gone[id] = true
+	return nil
+}
+func (f *fakeInstances) List(context.Context, string) ([]cloud.Instance, error) { return nil, nil }
+func (f *fakeInstances) Get(_ context.Context, id string) (*cloud.Instance, error) {
+	return &cloud.Instance{ID: id, State: cloud.StateStopped}, nil
+}
+
+func spotNode(name, id string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelInstanceType: "m5.large", v1alpha1.LabelZone: "us-east-1a", v1alpha1.LabelCapacityType: "spot"}},
+		Spec:       corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + id},
+	}
+}
+
+func standbyNode(name, id string, cpu string) *corev1.Node {
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}, Annotations: map[string]string{}},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + id, Taints: []corev1.Taint{
+			{Key: v1alpha1.TaintLifeboat, Value: "pool", Effect: corev1.TaintEffectNoSchedule}, {Key: v1alpha1.TaintStandby, Effect: corev1.TaintEffectNoSchedule},
+		}},
+		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
+	}
+}
+
+func protectedPod(name, node, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, Labels: map[string]string{v1alpha1.LabelProtected: "true"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "nginx", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+func setup(t *testing.T, objs ...client.Object) (*Controller, client.Client, *fakeInstances, *clocktesting.FakeClock) {
+	t.Helper()
+	c := fake.NewClientBuilder().WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
+		Build()
+	f := &fakeInstances{resumed: map[string]int{}, ice: map[string]bool{}, gone: map[string]bool{}}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
+	return New(c, c, f, clk, events.NewFakeRecorder(100), nil), c, f, clk
+}
+
+func spotMessage(id string) cloudinterruption.Message {
+	return cloudinterruption.Message{Kind: cloudinterruption.KindSpotInterruption, InstanceIDs: []string{id}, Time: time.Date(2026, 11, 29, 20, 59, 59, 0, time.UTC)}
+}
+
+// drain runs the reconciler for the triggered Nodes until nothing is left to do.
+func drain(t *testing.T, ctrl *Controller) {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		select {
+		case ev := <-ctrl.trigger:
+			res, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: ev.Object.GetName()}})
+			if err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			if res.Requeue {
+				ctrl.trigger <- ev
+			}
+		default:
+			return
+		}
+	}
+	t.Fatal("reconcile did not settle")
+}
+
+func TestDuplicatesResumeOnce(t *testing.T) {
+	ctrl, c, f, _ := setup(t,
+		spotNode("spot-1", "i-spot1"),
+		standbyNode("sb-1", "i-sb1", "4"), standbyNode("sb-2", "i-sb2", "4"), standbyNode("sb-3", "i-sb3", "4"),
+		protectedPod("a", "spot-1", "3"), protectedPod("b", "spot-1", "3"), protectedPod("c", "spot-1", "500m"),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "unprotected"}, Spec: corev1.PodSpec{NodeName: "spot-1", Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}},
+	)
+	ctx := context.Background()
+	// The same notice five times, interleaved with a state-change for the same instance.
+	for i := 0; i < 5; i++ {
+		if err := ctrl.HandleMessage(ctx, spotMessage("i-spot1")); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, ctrl)
+	}
+	if err := ctrl.HandleMessage(ctx, cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, ctrl)
+
+	total := 0
+	for _, n := range f.resumed {
+		total += n
+	}
+	// 3 + 3 + 0.5 CPU on 4-CPU nodes: two nodes, each started once.
+	if len(f.resumed) != 2 || total != 2 {
+		t.Fatalf("resumed %v, want two instances once each", f.resumed)
+	}
+	n := &corev1.Node{}
+	if err := c.Get(ctx, types.NamespacedName{Name: "spot-1"}, n); err != nil {
+		t.Fatal(err)
+	}
+	if !nodeutil.HasTaint(n, v1alpha1.TaintInterrupted) || n.Annotations[v1alpha1.AnnotationResumeDecision] == "" {
+		t.Fatalf("interrupted node not marked/decided: %v %v", n.Spec.Taints, n.Annotations)
+	}
+	claimed := &corev1.NodeList{}
+	if err := c.List(ctx, claimed, client.MatchingLabels{v1alpha1.LabelResumedFor: "spot-1", v1alpha1.LabelState: string(v1alpha1.NodeStateActive)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed.Items) != 2 {
+		t.Fatalf("claimed nodes = %d, want 2", len(claimed.Items))
+	}
+}
+
+func TestRestartAfterClaimDoesNotResumeMore(t *testing.T) {
+	// A previous run claimed sb-2 and crashed before StartInstances and before the decision.
+	sb2 := standbyNode("sb-2", "i-sb2", "4")
+	sb2.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
+	sb2.Labels[v1alpha1.LabelResumedFor] = "spot-1"
+	spot := spotNode("spot-1", "i-spot1")
+	spot.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T21:00:00Z"}
+	ctrl, _, f, _ := setup(t, spot, standbyNode("sb-1", "i-sb1", "4"), sb2, protectedPod("a", "spot-1", "2"))
+	if _, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "spot-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
+		t.Fatalf("resumed %v, want only the already-claimed i-sb2", f.resumed)
+	}
+}
+
+func TestICEOnResumeTerminatesAndResumesAnother(t *testing.T) {
+	ctrl, c, f, _ := setup(t, spotNode("spot-1", "i-spot1"), standbyNode("sb-1", "i-sb1", "8"), standbyNode("sb-2", "i-sb2", "4"), protectedPod("a", "spot-1", "2"))
+	f.ice["i-sb1"] = true // the largest candidate is chosen first and has no capacity
+	if err := ctrl.HandleMessage(context.Background(), spotMessage("i-spot1")); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, ctrl)
+	if !f.gone["i-sb1"] || f.resumed["i-sb2"] != 1 || len(f.resumed) != 1 {
+		t.Fatalf("gone %v resumed %v: want i-sb1 terminated, i-sb2 resumed", f.gone, f.resumed)
+	}
+	n := &corev1.Node{}
+	_ = c.Get(context.Background(), types.NamespacedName{Name: "spot-1"}, n)
+	if n.Annotations[v1alpha1.AnnotationResumeDecision] != "sb-2" {
+		t.Fatalf("decision = %q", n.Annotations[v1alpha1.AnnotationResumeDecision])
+	}
+}
+
+func TestPoolInstancesAndUnknownInstancesAreIgnored(t *testing.T) {
+	ctrl, c, f, _ := setup(t, standbyNode("sb-1", "i-sb1", "4"))
+	ctx := context.Background()
+	// Lifeboat's own hibernation shows up as a state change of a pool instance.
+	for _, m := range []cloudinterruption.Message{
+		{Kind: cloudinterruption.KindStateChange, State: "stopping", InstanceIDs: []string{"i-sb1"}},
+		spotMessage("i-unknown"),
+		{Kind: cloudinterruption.KindRebalanceRecommendation, InstanceIDs: []string{"i-sb1"}},
+	} {
+		if err := ctrl.HandleMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, ctrl)
+	n := &corev1.Node{}
+	_ = c.Get(ctx, types.NamespacedName{Name: "sb-1"}, n)
+	if len(f.resumed) != 0 || n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
+		t.Fatalf("pool node touched: resumed %v annotations %v", f.resumed, n.Annotations)
+	}
+}
+
+func TestActivatorRemovesStandbyTaintWhenReady(t *testing.T) {
+	n := standbyNode("sb-1", "i-sb1", "4")
+	n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
+	n.Annotations[v1alpha1.AnnotationActivatedAt] = "2026-11-29T21:00:00Z"
+	_, c, f, clk := setup(t, n)
+	a := NewActivator(c, f, clk, events.NewFakeRecorder(10))
+	ctx := context.Background()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "sb-1"}}
+	// Not Ready, claimed just now: wait.
+	res, err := a.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter == 0 || len(f.resumed) != 0 {
+		t.Fatalf("res %+v err %v resumed %v", res, err, f.resumed)
+	}
+	// Still not Ready 40s later and the instance is stopped (a crash before StartInstances).
+	clk.Step(40 * time.Second)
+	if _, err := a.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if f.resumed["i-sb1"] != 1 {
+		t.Fatalf("resumed %v, want i-sb1 started again", f.resumed)
+	}
+	// Ready: the standby taint goes.
+	_ = c.Get(ctx, req.NamespacedName, n)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Get(ctx, req.NamespacedName, n)
+	if nodeutil.HasTaint(n, v1alpha1.TaintStandby) || !nodeutil.HasTaint(n, v1alpha1.TaintLifeboat) {
+		t.Fatalf("taints = %v, want lifeboat only", n.Spec.Taints)
+	}
+}

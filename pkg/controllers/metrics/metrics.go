@@ -1,0 +1,49 @@
+// Package metrics defines the controller's Prometheus metrics, registered with
+// controller-runtime's registry (served on the manager's metrics endpoint). Labels are bounded:
+// pool names, states, instance types and zones — never Node or Pod names.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// PoolNodes: lifeboat_pool_nodes{pool,state}.
+	PoolNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_pool_nodes",
+		Help: "Warm-pool nodes by pool and state (warming, standby, active, draining).",
+	}, []string{"pool", "state"})
+	// Interruptions: lifeboat_interruptions_total{pool_type,zone}.
+	Interruptions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_interruptions_total",
+		Help: "Interrupted nodes (first notice per node) by instance type and zone.",
+	}, []string{"pool_type", "zone"})
+	// ResumeSeconds: lifeboat_resume_seconds{phase}: notice → StartInstances issued
+	// (phase=start_instances) and notice → resumed Node Ready (phase=node_ready).
+	ResumeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lifeboat_resume_seconds",
+		Help:    "Time from the interruption notice to StartInstances (phase=start_instances) and to the resumed Node being Ready (phase=node_ready).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120},
+	}, []string{"phase"})
+	// HandoffSeconds: lifeboat_handoff_seconds{outcome}: handoff start → node empty.
+	HandoffSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lifeboat_handoff_seconds",
+		Help:    "Time from the start of a lifeboat node's handoff (cordon) to the node being empty, by outcome (drained, deadline).",
+		Buckets: prometheus.ExponentialBuckets(5, 2, 10),
+	}, []string{"outcome"})
+	// PoolCostDollars: lifeboat_pool_cost_dollars{pool,component}: estimated hourly cost.
+	PoolCostDollars = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_pool_cost_dollars",
+		Help: "Estimated cost of the pool in dollars per hour, by component: ebs (root volumes of all pool instances, hibernated or not) and compute (running pool instances at the configured On-Demand price).",
+	}, []string{"pool", "component"})
+	// ResumeDecisions: lifeboat_resume_decisions_total{outcome}.
+	ResumeDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_resume_decisions_total",
+		Help: "Resume decisions per interrupted node by outcome (resumed, none_needed, insufficient_standby).",
+	}, []string{"outcome"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(PoolNodes, Interruptions, ResumeSeconds, HandoffSeconds, PoolCostDollars, ResumeDecisions)
+}

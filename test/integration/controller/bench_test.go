@@ -1,0 +1,180 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+)
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted)-1) + 0.5)
+	return sorted[i]
+}
+
+// BenchmarkNoticeToStartInstances measures, on the real control plane with the emulator, the
+// time from an interruption notice being received by the controller (the interrupted-at
+// annotation it writes) to StartInstances having succeeded (the start-requested-at annotation
+// on the claimed node), with 1 and with 10 Spot nodes interrupted at once. Each round creates
+// the Spot nodes with one protected 3-CPU Pod each, sends the notices, waits for the decisions,
+// then waits for the pool to refill. b.N is ignored beyond running the rounds once.
+func BenchmarkNoticeToStartInstances(b *testing.B) {
+	for _, burst := range []int{1, 10} {
+		b.Run(fmt.Sprintf("simultaneous=%d", burst), func(b *testing.B) {
+			rounds := 20
+			if burst > 1 {
+				rounds = 4
+			}
+			lat, fromSend := benchResume(b, burst, rounds)
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			sort.Slice(fromSend, func(i, j int) bool { return fromSend[i] < fromSend[j] })
+			b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(percentile(fromSend, 0.5).Microseconds())/1000, "p50-from-send-ms")
+			b.ReportMetric(float64(percentile(fromSend, 0.99).Microseconds())/1000, "p99-from-send-ms")
+			b.ReportMetric(float64(len(lat)), "samples")
+		})
+	}
+}
+
+func benchResume(b *testing.B, burst, rounds int) (lat, fromSend []time.Duration) {
+	e := newBenchEnv(b, cluster.Options{KWOK: true, ControllerManager: true})
+	ctx := context.Background()
+	e.emu.SetFaults(awsemuNoFaults())
+	wp := e.warmPool(burst, "1h")
+	if err := e.client.Create(ctx, wp); err != nil {
+		b.Fatal(err)
+	}
+	e.startManager()
+	e.waitFor("standby pool", 180*time.Second, e.standbyConverged(burst))
+	for r := 0; r < rounds; r++ {
+		var names []string
+		for i := 0; i < burst; i++ {
+			name := fmt.Sprintf("spot-%d-%d", r, i)
+			id := fmt.Sprintf("i-%017x", 0xa0000+r*100+i)
+			n := kwokNode(name, map[string]string{v1alpha1.LabelCapacityType: "spot", v1alpha1.LabelInstanceType: "m5.xlarge", v1alpha1.LabelZone: "us-east-1a"}, "4", "aws:///us-east-1a/"+id)
+			if _, err := e.cluster.CreateKWOKNode(ctx, n); err != nil {
+				b.Fatal(err)
+			}
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{v1alpha1.LabelProtected: "true"}},
+				Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}},
+			}
+			if err := e.client.Create(ctx, p); err != nil {
+				b.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		// Let the controller's cache see the new Nodes and Pods before the burst.
+		time.Sleep(500 * time.Millisecond)
+		sent := time.Now()
+		for i := range names {
+			id := fmt.Sprintf("i-%017x", 0xa0000+r*100+i)
+			if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice(id, r*100+i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		e.waitFor("decisions", 60*time.Second, func(ctx context.Context) (bool, string) {
+			done := 0
+			for _, name := range names {
+				n := &corev1.Node{}
+				if e.client.Get(ctx, types.NamespacedName{Name: name}, n) == nil && n.Annotations[v1alpha1.AnnotationResumeDecision] != "" {
+					done++
+				}
+			}
+			return done == len(names), fmt.Sprintf("%d/%d decided", done, len(names))
+		})
+		for _, name := range names {
+			claimed := &corev1.NodeList{}
+			if err := e.client.List(ctx, claimed, client.MatchingLabels{v1alpha1.LabelResumedFor: name}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range claimed.Items {
+				c := &claimed.Items[i]
+				notice, ok1 := nodeutil.Time(c.Annotations, v1alpha1.AnnotationInterruptedAt)
+				started, ok2 := nodeutil.Time(c.Annotations, v1alpha1.AnnotationStartRequestedAt)
+				if ok1 && ok2 {
+					lat = append(lat, started.Sub(notice))
+					fromSend = append(fromSend, started.Sub(sent))
+				}
+			}
+		}
+		// Clean up: the interrupted nodes go (as EC2 would reclaim them), the lifeboats are
+		// released by terminating their instances (the handoff is not what is measured here).
+		for _, name := range names {
+			_ = e.client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}, client.GracePeriodSeconds(0))
+			_ = e.client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			claimed := &corev1.NodeList{}
+			_ = e.client.List(ctx, claimed, client.MatchingLabels{v1alpha1.LabelResumedFor: name})
+			for i := range claimed.Items {
+				_ = e.inst.Terminate(ctx, nodeutil.InstanceID(&claimed.Items[i]))
+			}
+		}
+		e.waitFor("pool refilled", 180*time.Second, e.standbyConverged(burst))
+	}
+	return lat, fromSend
+}
+
+// countingTransport counts API requests by verb.
+type countingTransport struct {
+	next          http.RoundTripper
+	reads, writes atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet {
+		c.reads.Add(1)
+	} else {
+		c.writes.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// BenchmarkReconcile100 measures one steady-state reconcile of a converged 100-instance pool:
+// wall time, EC2 calls and Kubernetes API requests (the manager reads from its cache; watches
+// are long-running GETs started before the measurement).
+func BenchmarkReconcile100(b *testing.B) {
+	e := newBenchEnv(b, cluster.Options{KWOK: true, ControllerManager: true})
+	ctx := context.Background()
+	e.emu.SetFaults(awsemuNoFaults())
+	if err := e.client.Create(ctx, e.warmPool(100, "1h")); err != nil {
+		b.Fatal(err)
+	}
+	ct := &countingTransport{}
+	e.wrap = func(rt http.RoundTripper) http.RoundTripper { ct.next = rt; return ct }
+	m := e.startManager()
+	e.waitFor("100 standby", 600*time.Second, e.standbyConverged(100))
+	time.Sleep(2 * time.Second) // let the status settle
+	ec2Before := e.emu.TotalCalls("DescribeInstances") + e.emu.TotalCalls("RunInstances") + e.emu.TotalCalls("StopInstances") + e.emu.TotalCalls("StartInstances") + e.emu.TotalCalls("TerminateInstances")
+	r0, w0 := ct.reads.Load(), ct.writes.Load()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := m.reg.WarmPool.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: poolName}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	ec2After := e.emu.TotalCalls("DescribeInstances") + e.emu.TotalCalls("RunInstances") + e.emu.TotalCalls("StopInstances") + e.emu.TotalCalls("StartInstances") + e.emu.TotalCalls("TerminateInstances")
+	// The manager's own periodic resyncs run concurrently and are counted too: an upper bound.
+	b.ReportMetric(float64(ec2After-ec2Before)/float64(b.N), "ec2-calls/op")
+	b.ReportMetric(float64(ct.reads.Load()-r0)/float64(b.N), "kube-reads/op")
+	b.ReportMetric(float64(ct.writes.Load()-w0)/float64(b.N), "kube-writes/op")
+}
