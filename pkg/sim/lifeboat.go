@@ -88,10 +88,13 @@ func (l *LifeboatInstaller) Install(ctx context.Context, c *cluster.Cluster, s *
 	if err := l.createWarmPool(ctx, c, s); err != nil {
 		return nil, err
 	}
-	if err := waitStandby(ctx, c, s); err != nil {
-		return nil, err
-	}
 	return &sqsNotifier{emu: emu}, nil
+}
+
+// Ready implements Installer: the pool has its standby nodes (launched, pre-pulled,
+// hibernated). The pool warms while Karpenter boots the workloads' nodes.
+func (l *LifeboatInstaller) Ready(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
+	return waitStandby(ctx, c, s)
 }
 
 // startEmulator runs the AWS emulator in this process: pool instances boot like Karpenter's

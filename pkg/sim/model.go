@@ -128,13 +128,20 @@ func objects(w scenario.Workload, protect bool) (workload any, pdb *policyv1.Pod
 			Replicas: ptr.To(w.Replicas), Selector: sel, Template: tmpl, ServiceName: w.Name,
 			PodManagementPolicy: appsv1.ParallelPodManagement}}
 	case "Job":
-		tmpl.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 		if w.RunFor.Duration > 0 {
 			tmpl.Annotations = map[string]string{cluster.AnnotationRunFor: w.RunFor.String()}
 		}
+		// A Job on Spot ignores disruptions (evictions, reclaims) in its failure count, so they
+		// neither use up backoffLimit nor delay the replacement Pod with failure back-off: the
+		// Pod restarts from its checkpoint at once.
 		workload = &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{
 			Parallelism: ptr.To(w.Replicas), Completions: ptr.To(w.Replicas), Template: tmpl,
-			BackoffLimit: ptr.To[int32](100)}}
+			BackoffLimit: ptr.To[int32](6),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}}}}
 	default:
 		workload = &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(w.Replicas), Selector: sel, Template: tmpl}}

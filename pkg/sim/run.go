@@ -27,6 +27,8 @@ import (
 // running cluster for lifeboat mode, and returns the notifier the market sends notices to.
 type Installer interface {
 	Install(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error)
+	// Ready waits until the installation is ready for the market (the warm pool in standby).
+	Ready(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error
 }
 
 // Options configure a simulation run.
@@ -162,6 +164,12 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	progress(opts, mode, began, "waiting for every workload to be ready (Karpenter boots nodes in ~%s)", s.Timing.KarpenterBoot.Mean)
 	if err := waitWarm(ctx, obs, s, opts.WarmupTimeout); err != nil {
 		return nil, err
+	}
+	if mode == scenario.ModeLifeboat {
+		progress(opts, mode, began, "waiting for the warm pool to hibernate its standby nodes")
+		if err := opts.Lifeboat.Ready(ctx, c, s); err != nil {
+			return nil, err
+		}
 	}
 	obs.begin()
 	go obs.run(obsCtx, opts.Interval)

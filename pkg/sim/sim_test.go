@@ -1,60 +1,105 @@
 package sim
 
 import (
-	"context"
-	"os"
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
 )
 
-// TestBaselineIsHardEnough runs the compressed monday-reclaim with Karpenter alone on the real
-// local control plane: the scenario must be hard enough that the web service falls below its
-// PDB floor or loses Pods at reclaim — otherwise it proves nothing about Lifeboat.
-func TestBaselineIsHardEnough(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a full local control plane with Karpenter for minutes; run without -short")
+// The end-to-end run of the market and observers is test/e2e; these are the pure parts.
+
+func TestObjectsPlacement(t *testing.T) {
+	w := scenario.Workload{Name: "web", Namespace: "shop", Kind: "Deployment", Replicas: 12, CPU: "700m", Memory: "1Gi",
+		Tier: "stateless", Protected: true, PDBMaxUnavailable: "20%", CapacityType: "spot"}
+	tests := []struct {
+		name            string
+		protect         bool
+		wantSelector    bool
+		wantSpotLabel   bool
+		workloadChanges func(*scenario.Workload)
+	}{
+		{name: "baseline pins capacity type", protect: false, wantSelector: true},
+		{name: "lifeboat leaves placement to the tier", protect: true, wantSelector: false, wantSpotLabel: true},
+		{name: "unprotected workload keeps its pin in lifeboat mode", protect: true, wantSelector: true,
+			workloadChanges: func(w *scenario.Workload) { w.Protected = false }},
 	}
-	b, err := os.ReadFile("testdata/monday-reclaim-compressed.yaml")
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := w
+			if tt.workloadChanges != nil {
+				tt.workloadChanges(&w)
+			}
+			obj, pdb := objects(w, tt.protect)
+			d := obj.(*appsv1.Deployment)
+			_, has := d.Spec.Template.Spec.NodeSelector[v1alpha1.LabelCapacityType]
+			if has != tt.wantSelector {
+				t.Errorf("nodeSelector present = %v, want %v", has, tt.wantSelector)
+			}
+			if got := d.Labels[v1alpha1.LabelSpot] == v1alpha1.SpotProtected; got != tt.wantSpotLabel {
+				t.Errorf("protected label = %v, want %v", got, tt.wantSpotLabel)
+			}
+			if pdb == nil || pdb.Spec.MaxUnavailable.String() != "20%" {
+				t.Errorf("PDB = %+v", pdb)
+			}
+		})
 	}
-	s, err := scenario.Parse("monday-reclaim-compressed", b)
-	if err != nil {
-		t.Fatal(err)
+	job := scenario.Workload{Name: "batch", Namespace: "shop", Kind: "Job", Replicas: 4, CPU: "500m", Memory: "512Mi", Tier: "best-effort", RunFor: scenario.Duration{Duration: 30 * time.Minute}}
+	obj, pdb := objects(job, true)
+	j := obj.(*batchv1.Job)
+	if pdb != nil {
+		t.Errorf("a Job without pdbMaxUnavailable got a PDB")
 	}
-	s.Modes = []scenario.Mode{scenario.ModeBaseline}
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 12*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	rep, runs, err := Run(ctx, s, Options{OutDir: out, Progress: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
+	if j.Spec.PodFailurePolicy == nil || j.Spec.PodFailurePolicy.Rules[0].Action != batchv1.PodFailurePolicyActionIgnore {
+		t.Errorf("a Spot Job must ignore disruptions in its failure count: %+v", j.Spec.PodFailurePolicy)
 	}
-	t.Logf("\n%s", rep.String())
-	web := rep.Modes["baseline"].Workloads["shop/web"]
-	if web.SecondsBelowFloor == 0 && web.PodsKilledAtReclaim == 0 {
-		t.Errorf("baseline survived the reclaim (%+v): the scenario is too easy to show anything", web)
-	}
-	if rep.Modes["baseline"].Nodes.KarpenterLaunched == 0 {
-		t.Errorf("Karpenter launched no replacement")
-	}
-	if n := countKind(runs[0].Markers, "notice"); n != 6 {
-		t.Errorf("%d notices, want 6", n)
-	}
-	if n := countKind(runs[0].Markers, "reclaim"); n != 6 {
-		t.Errorf("%d reclaims, want 6", n)
-	}
-	for _, f := range []string{"report.json", "report.html"} {
-		if _, err := os.Stat(out + "/" + f); err != nil {
-			t.Errorf("%s not written: %v", f, err)
-		}
+	if *j.Spec.Parallelism != 4 || j.Spec.Template.Annotations["sim.lifeboat.dev/run-for"] != "30m0s" {
+		t.Errorf("job = %+v", j.Spec)
 	}
 }
 
-type testWriter struct{ t *testing.T }
+func TestCosts(t *testing.T) {
+	s, err := scenario.Load("monday-reclaim-full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 standby m5.xlarge with 40 GiB for 12 minutes, plus one node-hour active.
+	lb, op := costs(s, map[string]float64{"m5.xlarge": 3600})
+	wantEBS := 4 * 40 * 0.08 / 730 * 0.2
+	if d := lb - (wantEBS + 0.192); d > 1e-9 || d < -1e-9 {
+		t.Errorf("lifeboat cost %.6f, want %.6f", lb, wantEBS+0.192)
+	}
+	wantOP := 4 * 0.192 * 0.35 * 0.2
+	if d := op - wantOP; d > 1e-9 || d < -1e-9 {
+		t.Errorf("overprovisioning cost %.6f, want %.6f", op, wantOP)
+	}
+}
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+func TestInstanceTypesSkipPoolOnlyAndPriceZones(t *testing.T) {
+	s, err := scenario.Load("monday-reclaim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := instanceTypes(s)
+	for _, it := range its {
+		if it.Name == "m5.xlarge" {
+			t.Fatalf("poolOnly type offered to Karpenter")
+		}
+	}
+	var a, c float64
+	for _, o := range its[0].Offerings {
+		if o.CapacityType == "spot" && o.Zone == "us-east-1a" {
+			a = o.Price
+		}
+		if o.CapacityType == "spot" && o.Zone == "us-east-1c" {
+			c = o.Price
+		}
+	}
+	if !(a > 0 && c > a) {
+		t.Errorf("zoneSpotFactor not applied: 1a %.4f, 1c %.4f", a, c)
+	}
+}
