@@ -521,6 +521,13 @@ func (c *Controller) ensurePrePull(ctx context.Context, pool *v1alpha1.WarmPool,
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			// Lifeboat's namespace enforces Pod Security "restricted". The image is pulled before
+			// the kubelet checks these, so an image that insists on root still lands in the cache.
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](65534),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
 			ActiveDeadlineSeconds:         ptr.To(int64(durationOr(pool.Spec.PrePull.Timeout, 10*time.Minute) / time.Second)),
 		},
 	}
@@ -528,6 +535,10 @@ func (c *Controller) ensurePrePull(ctx context.Context, pool *v1alpha1.WarmPool,
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 			Name: fmt.Sprintf("pull-%d", i), Image: img, ImagePullPolicy: corev1.PullIfNotPresent,
 			Command: []string{"/bin/true"},
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 				corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("4Mi"),
 			}},
