@@ -37,6 +37,9 @@ type options struct {
 	bootTimeout, resync     time.Duration
 	onDemandPrice, ebsPrice float64
 	sqsWait, sqsVisibility  time.Duration
+	sqsWorkers              int
+	kubeQPS                 float32
+	kubeBurst               int
 }
 
 func main() {
@@ -57,6 +60,9 @@ func main() {
 	fs.Float64Var(&o.ebsPrice, "ebs-gib-month-price", 0.08, "EBS price per GiB-month, for lifeboat_pool_cost_dollars.")
 	fs.DurationVar(&o.sqsWait, "sqs-wait-time", 20*time.Second, "SQS long-poll duration.")
 	fs.DurationVar(&o.sqsVisibility, "sqs-visibility-timeout", 30*time.Second, "SQS visibility timeout of a received notice (redelivery after a failed handling).")
+	fs.IntVar(&o.sqsWorkers, "sqs-workers", 10, "Notices of one SQS receive batch handled at once (a correlated reclaim delivers many together).")
+	fs.Float32Var(&o.kubeQPS, "kube-api-qps", 50, "Client-side rate limit of Kubernetes API requests per second (a burst of interruptions writes several objects per Node).")
+	fs.IntVar(&o.kubeBurst, "kube-api-burst", 100, "Burst of the Kubernetes API rate limit.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -81,7 +87,9 @@ func run(ctx context.Context, o options) error {
 	if err := o.aws.Complete(); err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = o.kubeQPS, o.kubeBurst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controllers.Scheme(),
 		Cache:                         controllers.CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
@@ -111,7 +119,7 @@ func run(ctx context.Context, o options) error {
 		},
 	}
 	if o.aws.InterruptionQueueURL != "" {
-		deps.Queue = &cloudinterruption.Consumer{SQS: clients.SQS, QueueURL: o.aws.InterruptionQueueURL, WaitTime: o.sqsWait, VisibilityTimeout: o.sqsVisibility}
+		deps.Queue = &cloudinterruption.Consumer{SQS: clients.SQS, QueueURL: o.aws.InterruptionQueueURL, WaitTime: o.sqsWait, VisibilityTimeout: o.sqsVisibility, Workers: o.sqsWorkers}
 	} else {
 		klog.FromContext(ctx).Info("No interruption queue URL: relying on Karpenter's SpotInterrupted events only")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -41,7 +42,9 @@ func init() {
 }
 
 // Handler acts on one message; NoOp messages are deleted without calling it. An error leaves the message in the queue: it becomes visible
-// again after the visibility timeout and is redelivered.
+// again after the visibility timeout and is redelivered. The messages of one receive batch are
+// handled concurrently (Consumer.Workers): a Handler must be safe for concurrent use, and
+// duplicates of one message (SQS delivers at least once) may be handled at the same time.
 type Handler func(ctx context.Context, msg Message) error
 
 // Consumer long-polls an SQS queue and hands each parsed message to a Handler.
@@ -57,7 +60,13 @@ type Consumer struct {
 	MaxMessages int32
 	// ErrorBackoff is the first pause after a failed receive; it doubles up to 30s. Default 1s.
 	ErrorBackoff time.Duration
-	Clock        clock.Clock
+	// Workers bounds how many messages of one receive batch are handled at once. A correlated
+	// reclaim delivers many notices in one batch, and handling them one after another would
+	// delay the last notice of the batch by every handling before it. Each message is still
+	// deleted only after its own handling succeeded, and the next receive waits for the whole
+	// batch. Default: MaxMessages (a batch is handled fully in parallel); 1 handles in order.
+	Workers int
+	Clock   clock.Clock
 }
 
 // Run receives and handles messages until ctx is done; it returns nil then. A handled or
@@ -84,11 +93,31 @@ func (c *Consumer) Run(ctx context.Context, handle Handler) error {
 			continue
 		}
 		backoff = c.ErrorBackoff
+		c.processBatch(ctx, msgs, handle)
+	}
+	return nil
+}
+
+// processBatch handles a receive batch with at most Workers messages in flight and returns when
+// every message is handled (and deleted, or left for redelivery).
+func (c *Consumer) processBatch(ctx context.Context, msgs []sqstypes.Message, handle Handler) {
+	if c.Workers <= 1 || len(msgs) <= 1 {
 		for _, m := range msgs {
 			c.process(ctx, m, handle)
 		}
+		return
 	}
-	return nil
+	slots := make(chan struct{}, c.Workers)
+	var wg sync.WaitGroup
+	for _, m := range msgs {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			c.process(ctx, m, handle)
+		}()
+	}
+	wg.Wait()
 }
 
 func (c *Consumer) defaults() {
@@ -103,6 +132,9 @@ func (c *Consumer) defaults() {
 	}
 	if c.MaxMessages <= 0 || c.MaxMessages > 10 {
 		c.MaxMessages = 10
+	}
+	if c.Workers <= 0 {
+		c.Workers = int(c.MaxMessages)
 	}
 	if c.ErrorBackoff <= 0 {
 		c.ErrorBackoff = time.Second

@@ -168,3 +168,86 @@ func TestConsumerDeletesUnparsableAndRedeliversFailures(t *testing.T) {
 		t.Errorf("handler saw %v; the unknown kind must not reach it", rec.byEvent)
 	}
 }
+
+// TestConsumerHandlesBatchConcurrently: the messages of one receive batch are handled at the
+// same time, never more than Workers at once, and each is deleted after its own handling.
+func TestConsumerHandlesBatchConcurrently(t *testing.T) {
+	s := awsemu.StartT(t, awsemu.Options{})
+	o := s.ClientOptions()
+	c, err := awsclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-interruption")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := aws.ToString(q.QueueUrl)
+	const events, workers = 10, 3
+	// All messages are queued before the consumer starts, so its first receive gets a batch.
+	for i := range events {
+		if _, err := c.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent(fmt.Sprintf("evt-%d", i), fmt.Sprintf("i-%017x", i)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+		handled        = map[string]int{}
+		full           = make(chan struct{})
+		fullOnce       sync.Once
+	)
+	done := make(chan struct{}, events)
+	handle := func(ctx context.Context, m interruption.Message) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == workers {
+			fullOnce.Do(func() { close(full) })
+		}
+		mu.Unlock()
+		// The first handlers wait until the pool is full: this only returns if Workers
+		// messages really are handled at once.
+		select {
+		case <-full:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		inFlight--
+		handled[m.EventID]++
+		mu.Unlock()
+		done <- struct{}{}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, Workers: workers}
+	go func() { stopped <- consumer.Run(ctx, handle) }()
+	timeout := time.After(20 * time.Second)
+	for range events {
+		select {
+		case <-done:
+		case <-timeout:
+			t.Fatal("timed out waiting for the batch to be handled")
+		}
+	}
+	waitEmpty(t, s, "lifeboat-interruption")
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Errorf("consumer: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != workers {
+		t.Errorf("at most %d messages in flight, want exactly %d (Workers)", most, workers)
+	}
+	for i := range events {
+		if got := handled[fmt.Sprintf("evt-%d", i)]; got != 1 {
+			t.Errorf("evt-%d handled %d times, want 1", i, got)
+		}
+	}
+	if n := s.Calls("DeleteMessage", ""); n != events {
+		t.Errorf("%d deletes, want %d", n, events)
+	}
+}

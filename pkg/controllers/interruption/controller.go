@@ -73,12 +73,58 @@ type Controller struct {
 	telemetry *telemetry.Store
 
 	trigger chan event.GenericEvent
+	// marked holds the API server's answer to this process's own interruption mark, by Node
+	// name, until the decision consumes it: the decision is triggered right after the mark,
+	// usually before the informer has delivered it, and the answer is newer than the cache.
+	marked sync.Map // string → *corev1.Node
+	// decided remembers the Nodes this process recorded a decision on. A cached copy may not
+	// show that decision yet; for these Nodes the decision re-reads the Node from the API
+	// server before acting (the activator may also have reopened the decision since).
+	decided sync.Map // string → struct{}
+	// reserved are the standby nodes an in-flight decision of this process planned to claim,
+	// by the interrupted Node it plans for. Concurrent decisions of a burst plan around each
+	// other's picks instead of racing for the same node and losing a round trip to the
+	// conflict; the claim's resourceVersion precondition still guards against other writers.
+	reserveMu sync.Mutex
+	reserved  map[string]string // standby node → interrupted node
 }
 
-// New returns the controller. reader should read from the API server directly (the manager's
-// APIReader): a decision must see the claims it or a previous run just wrote.
+// New returns the controller. client reads from the informer cache; reader must read from the
+// API server directly (the manager's APIReader): it is used where a stale read could resume
+// twice — the standby nodes already claimed for an interrupted Node, and a Node whose decision
+// this process may just have recorded. Standby candidates come from the cache: a stale candidate
+// is rejected by the claim's resourceVersion precondition and the plan is made again.
 func New(c client.Client, reader client.Reader, instances cloud.Instances, clk clock.Clock, recorder events.EventRecorder, store *telemetry.Store) *Controller {
-	return &Controller{client: c, reader: reader, cloud: instances, clock: clk, recorder: recorder, telemetry: store, trigger: make(chan event.GenericEvent, 1024)}
+	return &Controller{client: c, reader: reader, cloud: instances, clock: clk, recorder: recorder, telemetry: store, trigger: make(chan event.GenericEvent, 1024), reserved: map[string]string{}}
+}
+
+// reserve plans under the reservation lock: candidates reserved by other decisions are left
+// out, and the plan's picks are reserved for interrupted.
+func (c *Controller) reserve(interrupted string, items []sizing.Item, claimed, candidates []sizing.Bin) sizing.ResumePlan {
+	c.reserveMu.Lock()
+	defer c.reserveMu.Unlock()
+	free := candidates[:0:0]
+	for _, b := range candidates {
+		if owner, ok := c.reserved[b.Name]; !ok || owner == interrupted {
+			free = append(free, b)
+		}
+	}
+	plan := sizing.PlanResume(items, claimed, free)
+	for _, name := range plan.Resume {
+		c.reserved[name] = interrupted
+	}
+	return plan
+}
+
+// release drops interrupted's reservations (its decision is over; its claims are in the API).
+func (c *Controller) release(interrupted string) {
+	c.reserveMu.Lock()
+	defer c.reserveMu.Unlock()
+	for name, owner := range c.reserved {
+		if owner == interrupted {
+			delete(c.reserved, name)
+		}
+	}
 }
 
 func interrupted(o client.Object) bool {
@@ -171,11 +217,18 @@ func (c *Controller) Mark(ctx context.Context, node *corev1.Node, source string,
 	}
 	if node.Annotations[v1alpha1.AnnotationInterruptedAt] == "" {
 		newly := false
+		// First attempt on the given (usually cached) copy with a resourceVersion precondition:
+		// no extra read on the notice's path. A conflict means the copy was stale: read the
+		// Node from the API server and try again.
+		n := node.DeepCopy()
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n := &corev1.Node{}
-			if err := c.reader.Get(ctx, types.NamespacedName{Name: node.Name}, n); err != nil {
-				return err
+			if n == nil {
+				n = &corev1.Node{}
+				if err := c.reader.Get(ctx, types.NamespacedName{Name: node.Name}, n); err != nil {
+					return err
+				}
 			}
+			defer func() { n = nil }()
 			if n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
 				return nil
 			}
@@ -191,6 +244,7 @@ func (c *Controller) Mark(ctx context.Context, node *corev1.Node, source string,
 			if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 				return err
 			}
+			c.marked.Store(n.Name, n.DeepCopy())
 			newly = true
 			return nil
 		})
@@ -231,12 +285,9 @@ func (c *Controller) preResumePools(ctx context.Context) map[string]bool {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := klog.FromContext(ctx).WithValues("node", req.Name)
 	ctx = klog.NewContext(ctx, log)
-	node := &corev1.Node{}
-	if err := c.reader.Get(ctx, req.NamespacedName, node); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if !interrupted(node) || nodeutil.Pool(node) != "" {
-		return reconcile.Result{}, nil
+	node, err := c.interruptedNode(ctx, req.NamespacedName)
+	if err != nil || node == nil {
+		return reconcile.Result{}, err
 	}
 	noticeAt, _ := nodeutil.Time(node.Annotations, v1alpha1.AnnotationInterruptedAt)
 
@@ -254,62 +305,29 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		items = append(items, sizing.Item{Name: p.Namespace + "/" + p.Name, Resources: sizing.PodResources(nodeutil.PodRequests(p))})
 	}
 
-	// Nodes already claimed for this Node (a decision a restart interrupted), and candidates.
-	claimedList := &corev1.NodeList{}
-	if err := c.reader.List(ctx, claimedList, client.MatchingLabels{v1alpha1.LabelResumedFor: node.Name}); err != nil {
-		return reconcile.Result{}, err
-	}
-	standby := &corev1.NodeList{}
-	if err := c.reader.List(ctx, standby, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}); err != nil {
-		return reconcile.Result{}, err
-	}
 	var allowed map[string]bool
 	if node.Annotations[v1alpha1.AnnotationInterruptionSource] == SourceRebalance {
 		allowed = c.preResumePools(ctx)
 	}
-	byName := map[string]*corev1.Node{}
-	var claimed, candidates []sizing.Bin
-	for i := range claimedList.Items {
-		n := &claimedList.Items[i]
-		byName[n.Name] = n
-		claimed = append(claimed, sizing.Bin{Name: n.Name, Free: sizing.FromList(n.Status.Allocatable)})
-	}
-	for i := range standby.Items {
-		n := &standby.Items[i]
-		if nodeutil.Pool(n) == "" || nodeutil.InstanceID(n) == "" || n.Labels[v1alpha1.LabelResumedFor] != "" || allowed != nil && !allowed[nodeutil.Pool(n)] {
-			continue
+	defer c.release(node.Name)
+	// The first plan uses the cached standby nodes; a claim that conflicts (a stale candidate,
+	// or another decision took it) plans again from the API server.
+	var (
+		plan    sizing.ResumePlan
+		toStart []*corev1.Node
+	)
+	for attempt := 0; ; attempt++ {
+		var conflict bool
+		plan, toStart, conflict, err = c.claim(ctx, node, items, allowed, attempt > 0)
+		if err != nil {
+			return reconcile.Result{}, err
 		}
-		byName[n.Name] = n
-		candidates = append(candidates, sizing.Bin{Name: n.Name, Free: sizing.FromList(n.Status.Allocatable)})
-	}
-	sort.Slice(candidates, func(i, j int) bool {
-		return candidateOrder(node.Name, candidates[i].Name) < candidateOrder(node.Name, candidates[j].Name)
-	})
-	plan := sizing.PlanResume(items, claimed, candidates)
-
-	// Claim first (the durable record, with a resourceVersion precondition so a Node is never
-	// claimed twice), then start.
-	now := c.clock.Now()
-	toStart := make([]*corev1.Node, 0, len(plan.Resume)+len(claimed))
-	for i := range claimedList.Items {
-		toStart = append(toStart, &claimedList.Items[i])
-	}
-	for _, name := range plan.Resume {
-		n := byName[name]
-		before := n.DeepCopy()
-		nodeutil.EnsureMaps(n)
-		n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
-		n.Labels[v1alpha1.LabelResumedFor] = node.Name
-		n.Annotations[v1alpha1.AnnotationActivatedAt] = nodeutil.FormatTime(now)
-		n.Annotations[v1alpha1.AnnotationInterruptedAt] = node.Annotations[v1alpha1.AnnotationInterruptedAt]
-		if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				// Someone changed the candidate (another decision claimed it): plan again.
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("claim %s: %w", name, err)
+		if !conflict {
+			break
 		}
-		toStart = append(toStart, n)
+		if attempt == 2 {
+			return reconcile.Result{Requeue: true}, nil
+		}
 	}
 
 	failed, err := c.start(ctx, node, toStart, noticeAt)
@@ -329,11 +347,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if len(names) > 0 {
 		decision = strings.Join(names, ",")
 	}
+	// The decision goes on the copy the plan was made from (precondition: nothing changed it
+	// since); on a conflict, on a fresh read.
+	fresh := node.DeepCopy()
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		fresh := &corev1.Node{}
-		if err := c.reader.Get(ctx, req.NamespacedName, fresh); err != nil {
-			return err
+		if fresh == nil {
+			fresh = &corev1.Node{}
+			if err := c.reader.Get(ctx, req.NamespacedName, fresh); err != nil {
+				return err
+			}
 		}
+		defer func() { fresh = nil }()
 		before := fresh.DeepCopy()
 		nodeutil.EnsureMaps(fresh)
 		fresh.Annotations[v1alpha1.AnnotationResumeDecision] = decision
@@ -345,6 +369,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("record decision: %w", err)
 	}
+	c.decided.Store(node.Name, struct{}{})
 	// Telemetry after the decision, off the path from notice to StartInstances; it is
 	// idempotent per Node, so a repeated pass records nothing twice.
 	if c.telemetry != nil {
@@ -364,6 +389,116 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	log.V(1).Info("Resume decision", "resumed", decision, "pods", len(items), "unplaced", len(plan.Unplaced))
 	return reconcile.Result{}, nil
+}
+
+// interruptedNode returns the Node if it waits for a decision, else nil. It reads the cache
+// unless the cache may be behind this process's own writes: the answer to its mark is used when
+// the cache does not show the mark yet, and a Node it recorded a decision on is read from the
+// API server (the cache may not show the decision yet, or the activator reopened it).
+func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedName) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := c.client.Get(ctx, key, node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	_, decidedHere := c.decided.Load(key.Name)
+	if decidedHere && err == nil && node.Annotations[v1alpha1.AnnotationResumeDecision] != "" {
+		// The cache has caught up with the decision; later changes (a reopened decision)
+		// arrive through it in order.
+		c.decided.Delete(key.Name)
+		decidedHere = false
+	}
+	switch {
+	case decidedHere:
+		node = &corev1.Node{}
+		if err := c.reader.Get(ctx, key, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				c.decided.Delete(key.Name)
+			}
+			return nil, client.IgnoreNotFound(err)
+		}
+	case err == nil && interrupted(node):
+	default:
+		m, ok := c.marked.Load(key.Name)
+		if !ok {
+			// Not interrupted as far as this process knows; a stale cache gets the Node
+			// watch's event later.
+			return nil, nil
+		}
+		node = m.(*corev1.Node).DeepCopy()
+	}
+	c.marked.Delete(key.Name)
+	if !interrupted(node) || nodeutil.Pool(node) != "" {
+		return nil, nil
+	}
+	return node, nil
+}
+
+// claim plans the resume of node's protected Pods (items) and claims the planned standby nodes
+// (label state=active, resumed-for=node) with a resourceVersion precondition each. Nodes
+// already claimed for node are always read from the API server: a decision that a conflict or a
+// restart interrupted must not claim more. Candidates come from the cache unless live is set.
+// conflict reports a claim that lost to a concurrent change; the nodes claimed before it stay
+// claimed and the next plan counts them.
+func (c *Controller) claim(ctx context.Context, node *corev1.Node, items []sizing.Item, allowed map[string]bool, live bool) (plan sizing.ResumePlan, toStart []*corev1.Node, conflict bool, err error) {
+	claimedList := &corev1.NodeList{}
+	if err := c.reader.List(ctx, claimedList, client.MatchingLabels{v1alpha1.LabelResumedFor: node.Name}); err != nil {
+		return plan, nil, false, err
+	}
+	var standbyReader client.Reader = c.client
+	if live {
+		standbyReader = c.reader
+	}
+	standby := &corev1.NodeList{}
+	if err := standbyReader.List(ctx, standby, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}); err != nil {
+		return plan, nil, false, err
+	}
+	byName := map[string]*corev1.Node{}
+	var claimed, candidates []sizing.Bin
+	for i := range claimedList.Items {
+		n := &claimedList.Items[i]
+		byName[n.Name] = n
+		claimed = append(claimed, sizing.Bin{Name: n.Name, Free: sizing.FromList(n.Status.Allocatable)})
+	}
+	for i := range standby.Items {
+		n := &standby.Items[i]
+		if _, mine := byName[n.Name]; mine || nodeutil.Pool(n) == "" || nodeutil.InstanceID(n) == "" || n.Labels[v1alpha1.LabelResumedFor] != "" || allowed != nil && !allowed[nodeutil.Pool(n)] {
+			continue
+		}
+		byName[n.Name] = n
+		candidates = append(candidates, sizing.Bin{Name: n.Name, Free: sizing.FromList(n.Status.Allocatable)})
+	}
+	sort.Slice(candidates, func(i, j int) bool {
+		return candidateOrder(node.Name, candidates[i].Name) < candidateOrder(node.Name, candidates[j].Name)
+	})
+	plan = c.reserve(node.Name, items, claimed, candidates)
+
+	// Claim first (the durable record, with a resourceVersion precondition so a Node is never
+	// claimed twice), then start.
+	now := c.clock.Now()
+	toStart = make([]*corev1.Node, 0, len(plan.Resume)+len(claimed))
+	for i := range claimedList.Items {
+		toStart = append(toStart, &claimedList.Items[i])
+	}
+	for _, name := range plan.Resume {
+		n := byName[name].DeepCopy()
+		before := n.DeepCopy()
+		nodeutil.EnsureMaps(n)
+		n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
+		n.Labels[v1alpha1.LabelResumedFor] = node.Name
+		n.Annotations[v1alpha1.AnnotationActivatedAt] = nodeutil.FormatTime(now)
+		n.Annotations[v1alpha1.AnnotationInterruptedAt] = node.Annotations[v1alpha1.AnnotationInterruptedAt]
+		if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				// Someone changed the candidate (another decision claimed it, or the cached
+				// copy was stale): plan again.
+				return plan, nil, true, nil
+			}
+			return plan, nil, false, fmt.Errorf("claim %s: %w", name, err)
+		}
+		toStart = append(toStart, n)
+	}
+	return plan, toStart, false, nil
 }
 
 // start issues StartInstances for the claimed nodes in parallel. A node whose instance has no

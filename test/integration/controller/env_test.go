@@ -122,19 +122,22 @@ func (e *env) startImageReporter() {
 				if ev.Type != watch.Added && ev.Type != watch.Modified {
 					continue
 				}
-				p := ev.Object.(*corev1.Pod)
-				if p.Spec.NodeName == "" {
-					continue
-				}
-				var imgs []corev1.ContainerImage
-				for _, c := range p.Spec.Containers {
-					imgs = append(imgs, corev1.ContainerImage{Names: []string{c.Image}, SizeBytes: 1 << 20})
-				}
-				patch, _ := json.Marshal(map[string]any{"status": map[string]any{"images": imgs}})
-				_, _ = e.cluster.Client().CoreV1().Nodes().Patch(ctx, p.Spec.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+				e.reportImagesOf(ctx, ev.Object.(*corev1.Pod))
 			}
 		}
 	}()
+}
+
+func (e *env) reportImagesOf(ctx context.Context, p *corev1.Pod) {
+	if p.Spec.NodeName == "" {
+		return
+	}
+	var imgs []corev1.ContainerImage
+	for _, c := range p.Spec.Containers {
+		imgs = append(imgs, corev1.ContainerImage{Names: []string{c.Image}, SizeBytes: 1 << 20})
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"images": imgs}})
+	_, _ = e.cluster.Client().CoreV1().Nodes().Patch(ctx, p.Spec.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
 // manager runs the controllers until stop is called (a crash, for crash-safety tests).
@@ -224,7 +227,9 @@ func (e *env) waitFor(what string, timeout time.Duration, cond func(ctx context.
 	last := ""
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		ok, desc := cond(ctx)
-		last = desc
+		if ctx.Err() == nil {
+			last = desc
+		}
 		return ok, nil
 	})
 	if err != nil {
