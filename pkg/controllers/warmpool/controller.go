@@ -528,7 +528,7 @@ func (c *Controller) ensurePrePull(ctx context.Context, pool *v1alpha1.WarmPool,
 				RunAsUser:      ptr.To[int64](65534),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			ActiveDeadlineSeconds:         ptr.To(int64(durationOr(pool.Spec.PrePull.Timeout, 10*time.Minute) / time.Second)),
+			ActiveDeadlineSeconds: ptr.To(int64(durationOr(pool.Spec.PrePull.Timeout, 10*time.Minute) / time.Second)),
 		},
 	}
 	for i, img := range images {
