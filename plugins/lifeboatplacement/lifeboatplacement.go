@@ -2,23 +2,35 @@
 // active lifeboat nodes first, and nobody goes to a node under interruption or to a pool node
 // that is not active (warming, standby, draining).
 //
+// PreFilter: for Pods labelled lifeboat.dev/protected=true, narrow the cycle
+// (PreFilterResult) to the active lifeboat nodes that can take the Pod, when there is one; so
+// protected Pods find them under the scheduler's stock node sampling. PostFilter: if such a
+// narrowed cycle finds no feasible node after all, retry the Pod at once on all nodes.
 // Filter: reject nodes carrying an interruption taint (Karpenter's karpenter.sh/disrupted,
 // Lifeboat's lifeboat.dev/interrupted, by default) and pool nodes (label lifeboat.dev/pool)
 // whose lifeboat.dev/state is not active — after handoff starts (draining) a node is no target.
-// Score: for Pods labelled lifeboat.dev/protected=true, active pool nodes score MaxNodeScore
-// and other nodes 0; configure the plugin's weight so this outweighs the other scores.
+// Score: for protected Pods, active pool nodes score MaxNodeScore and other nodes 0; configure
+// the plugin's weight so this outweighs the other scores (the tie-breaker when PreFilter did
+// not narrow, e.g. a node turned active in between).
 package lifeboatplacement
 
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/util"
+	"k8s.io/utils/clock"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
@@ -34,15 +46,30 @@ const (
 	ErrReasonInterrupted = "node(s) are being interrupted or disrupted"
 	// ErrReasonPoolNodeNotActive is the Filter reason for pool nodes that are not active.
 	ErrReasonPoolNodeNotActive = "node(s) are lifeboat nodes that are not active"
+	// ErrReasonRetryAllNodes is the PostFilter reason when a cycle narrowed to active lifeboat
+	// nodes found none feasible; the Pod is retried on all nodes.
+	ErrReasonRetryAllNodes = "no active lifeboat node can take the pod; retrying on all nodes"
 )
 
-// LifeboatPlacement filters out interrupted and inactive pool nodes and prefers active
-// lifeboat nodes for protected Pods.
+// LifeboatPlacement filters out interrupted and inactive pool nodes and steers protected Pods
+// to active lifeboat nodes.
 type LifeboatPlacement struct {
-	interruptionTaintKeys sets.Set[string]
+	handle                         fwk.Handle
+	clock                          clock.PassiveClock
+	interruptionTaintKeys          sets.Set[string]
+	enablePodLevelResources        bool
+	enableTaintComparisonOperators bool
+	// poolNodes are the names of all warm-pool nodes (informer-backed).
+	poolNodes       *poolNodeIndex
+	poolNodesSynced cache.InformerSynced
+	// widen marks Pods whose next cycle must not be narrowed (a narrowed cycle failed).
+	widenMu sync.Mutex
+	widen   map[types.UID]time.Time
 }
 
 var (
+	_ fwk.PreFilterPlugin   = &LifeboatPlacement{}
+	_ fwk.PostFilterPlugin  = &LifeboatPlacement{}
 	_ fwk.FilterPlugin      = &LifeboatPlacement{}
 	_ fwk.PreScorePlugin    = &LifeboatPlacement{}
 	_ fwk.ScorePlugin       = &LifeboatPlacement{}
@@ -50,8 +77,9 @@ var (
 	_ fwk.SignPlugin        = &LifeboatPlacement{}
 )
 
-// New decodes and validates the args, then builds the plugin.
-func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+// New decodes and validates the args, then builds the plugin and registers its index of pool
+// nodes on the scheduler's shared Node informer.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	internal, err := scheme.ArgsToInternal(obj, &configv1.LifeboatPlacementArgs{})
 	if err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
@@ -63,7 +91,25 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err := validation.ValidateLifeboatPlacementArgs(nil, args); err != nil {
 		return nil, fmt.Errorf("invalid %s args: %w", Name, err)
 	}
-	return &LifeboatPlacement{interruptionTaintKeys: sets.New(args.InterruptionTaintKeys...)}, nil
+	if h == nil || h.SharedInformerFactory() == nil {
+		return nil, fmt.Errorf("%s needs a framework handle with a shared informer factory", Name)
+	}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	pl := &LifeboatPlacement{
+		handle:                         h,
+		clock:                          clock.RealClock{},
+		interruptionTaintKeys:          sets.New(args.InterruptionTaintKeys...),
+		enablePodLevelResources:        fts.EnablePodLevelResources,
+		enableTaintComparisonOperators: fts.EnableTaintTolerationComparisonOperators,
+		poolNodes:                      newPoolNodeIndex(),
+		widen:                          map[types.UID]time.Time{},
+	}
+	reg, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(pl.poolNodes.eventHandler())
+	if err != nil {
+		return nil, fmt.Errorf("%s: watch nodes: %w", Name, err)
+	}
+	pl.poolNodesSynced = reg.HasSynced
+	return pl, nil
 }
 
 // Name returns the plugin's name.
@@ -84,12 +130,20 @@ func isProtected(pod *v1.Pod) bool {
 	return pod.Labels[v1alpha1.LabelProtected] == "true"
 }
 
-// rejection returns why the node is no target for any Pod, or "".
-func (pl *LifeboatPlacement) rejection(node *v1.Node) string {
+// isInterrupted reports whether the node carries one of the interruption taints.
+func (pl *LifeboatPlacement) isInterrupted(node *v1.Node) bool {
 	for i := range node.Spec.Taints {
 		if pl.interruptionTaintKeys.Has(node.Spec.Taints[i].Key) {
-			return ErrReasonInterrupted
+			return true
 		}
+	}
+	return false
+}
+
+// rejection returns why the node is no target for any Pod, or "".
+func (pl *LifeboatPlacement) rejection(node *v1.Node) string {
+	if pl.isInterrupted(node) {
+		return ErrReasonInterrupted
 	}
 	if IsPoolNode(node) && !IsActivePoolNode(node) {
 		return ErrReasonPoolNodeNotActive
@@ -129,9 +183,20 @@ func (pl *LifeboatPlacement) isSchedulableAfterNodeChange(logger klog.Logger, po
 	return fwk.QueueSkip, nil
 }
 
-// SignPod: the plugin's results depend only on whether the Pod is protected.
+// SignPod: the plugin's results depend on whether the Pod is protected and, through
+// PreFilter, on its tolerations and required node affinity (signed here as TaintToleration and
+// NodeAffinity sign them) and its requests (signed by NodeResourcesFit).
 func (pl *LifeboatPlacement) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	return []fwk.SignFragment{{Key: v1alpha1.LabelProtected, Value: isProtected(pod)}}, nil
+	aff, err := fwk.NodeAffinitySigner(pod)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	return []fwk.SignFragment{
+		{Key: v1alpha1.LabelProtected, Value: isProtected(pod)},
+		{Key: fwk.TolerationsSignerName, Value: fwk.TolerationsSigner(pod)},
+		{Key: fwk.NodeAffinitySignerName, Value: aff},
+		{Key: fwk.NodeSelectorSignerName, Value: pod.Spec.NodeSelector},
+	}, nil
 }
 
 // PreScore skips scoring for unprotected Pods: all their candidate nodes are equal here.

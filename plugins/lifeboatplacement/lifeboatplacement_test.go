@@ -1,11 +1,16 @@
 package lifeboatplacement
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -39,14 +44,70 @@ var (
 	unprotected = st.MakePod().Name("u").Namespace("ns").Obj()
 )
 
-func newPlugin(t *testing.T, args runtime.Object) *LifeboatPlacement {
+func newPlugin(t testing.TB, args runtime.Object) *LifeboatPlacement {
+	t.Helper()
+	return newTestFramework(t, args, nil, nil).plugin
+}
+
+// testFramework is a framework built by the scheduler's test utilities around the plugin:
+// a snapshot of the nodes and pods, the shared informer factory of a fake clientset holding
+// the nodes (the plugin's pool node index), and a recording PodActivator.
+type testFramework struct {
+	fwk       framework.Framework
+	plugin    *LifeboatPlacement
+	client    *fake.Clientset
+	activated []string
+}
+
+func (f *testFramework) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	for key := range pods {
+		f.activated = append(f.activated, key)
+	}
+}
+
+// testWeight is the plugin's score weight in test frameworks.
+const testWeight = 20
+
+func newTestFramework(t testing.TB, args runtime.Object, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	p, err := New(ctx, args, nil)
-	if err != nil {
-		t.Fatalf("New: %v", err)
+	tfw := &testFramework{}
+	var objs []runtime.Object
+	for _, n := range nodes {
+		objs = append(objs, n)
 	}
-	return p.(*LifeboatPlacement)
+	tfw.client = fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(tfw.client, 0)
+	capture := func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		p, err := New(ctx, args, h)
+		if err == nil {
+			tfw.plugin = p.(*LifeboatPlacement)
+		}
+		return p, err
+	}
+	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		tf.RegisterPluginAsExtensionsWithWeight(Name, testWeight, capture, "PreFilter", "Filter", "PostFilter", "PreScore", "Score"),
+	}, "lifeboat-scheduler",
+		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(pods, nodes)),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithPodActivator(tfw),
+	)
+	if err != nil {
+		t.Fatalf("NewFramework: %v", err)
+	}
+	tfw.fwk = fh
+	stop := make(chan struct{})
+	factory.Start(stop)
+	t.Cleanup(func() {
+		close(stop)
+		factory.Shutdown()
+	})
+	if !toolscache.WaitForCacheSync(stop, tfw.plugin.poolNodesSynced) {
+		t.Fatal("pool node index never synced")
+	}
+	return tfw
 }
 
 func TestFilter(t *testing.T) {
@@ -137,14 +198,7 @@ func TestScore(t *testing.T) {
 func TestScoreInFramework(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	nodes := []*v1.Node{ordinaryNode("ordinary"), poolNode("active", v1alpha1.NodeStateActive), poolNode("draining", v1alpha1.NodeStateDraining)}
-	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-		tf.RegisterPluginAsExtensionsWithWeight(Name, 20, New, "Filter", "PreScore", "Score"),
-	}, "lifeboat-scheduler", frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(nil, nodes)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fh := newTestFramework(t, nil, nodes, nil).fwk
 	state := framework.NewCycleState()
 	infos := tf.BuildNodeInfos(nodes)
 	var feasible []fwk.NodeInfo
@@ -167,8 +221,8 @@ func TestScoreInFramework(t *testing.T) {
 	for _, sc := range scores {
 		got[sc.Name] = sc.TotalScore
 	}
-	if got["active"] != 20*fwk.MaxNodeScore || got["ordinary"] != 0 {
-		t.Errorf("total scores = %v, want active=%d ordinary=0", got, 20*fwk.MaxNodeScore)
+	if got["active"] != testWeight*fwk.MaxNodeScore || got["ordinary"] != 0 {
+		t.Errorf("total scores = %v, want active=%d ordinary=0", got, testWeight*fwk.MaxNodeScore)
 	}
 }
 
@@ -200,6 +254,13 @@ func TestQueueingHints(t *testing.T) {
 				t.Errorf("hint = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestNewNeedsAHandle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := New(ctx, nil, nil); err == nil || !strings.Contains(err.Error(), "handle") {
+		t.Errorf("New without a handle: error = %v, want one about the handle", err)
 	}
 }
 

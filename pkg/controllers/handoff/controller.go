@@ -284,7 +284,19 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 		}
 	} else {
 		base := ptr.Deref(d.Spec.Replicas, 1)
-		s = Surge{Node: n.Name, Base: base, Surge: int32(len(g.Pods)), ReadyBefore: d.Status.ReadyReplicas}
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			return err
+		}
+		// Count the ready Pods live rather than from status: right after another node's
+		// handoff the status still counts that node's Pods, which are leaving. And never wait
+		// for more than base Pods elsewhere: with base+surge replicas and the surge on this
+		// node, base is all that can ever be Ready elsewhere.
+		readyNow, err := c.readyElsewhere(ctx, d.Namespace, sel, "")
+		if err != nil {
+			return err
+		}
+		s = Surge{Node: n.Name, Base: base, Surge: int32(len(g.Pods)), ReadyBefore: min(readyNow, base)}
 		raw, _ := json.Marshal(s)
 		before := d.DeepCopy()
 		if d.Annotations == nil {
@@ -305,7 +317,7 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 	if err != nil {
 		return err
 	}
-	if !SurgeDone(ready, s.ReadyBefore) {
+	if !SurgeDone(ready, min(s.ReadyBefore, s.Base)) {
 		return nil
 	}
 	for _, p := range g.Pods {

@@ -209,6 +209,12 @@ func ownedBy(kind, name string, uid string) podOpt {
 	}
 }
 
+func hostPort(port int32) podOpt {
+	return func(p *v1.Pod) {
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: v1.ProtocolTCP})
+	}
+}
+
 // preferSpot is the stateless tier's preferred Spot affinity the webhook writes.
 func preferSpot(p *v1.Pod) {
 	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{

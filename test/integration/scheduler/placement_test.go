@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -162,6 +163,34 @@ func TestPlacement(t *testing.T) {
 		}
 	})
 
+	t.Run("a protected pod the lifeboat nodes cannot take after all goes elsewhere, without preemption", func(t *testing.T) {
+		ns := createNamespace(t, client, "fallback")
+		createNodes(t, client,
+			nodeSpec{name: "fallback-ordinary", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "lb-ports", labels: poolLabels(v1alpha1.NodeStateActive, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint}},
+		)
+		createPods(t, client, makePod(ns, "holder", protected, hostPort(8080)))
+		if node := waitBound(t, client, ns, 1)["holder"]; node != "lb-ports" {
+			t.Fatalf("holder bound to %s, want lb-ports", node)
+		}
+		// The lifeboat node has room, so PreFilter narrows to it; NodePorts (which PreFilter
+		// does not mirror) rejects it. The pod has a higher priority than the holder: had
+		// DefaultPreemption run on that narrowed cycle it would evict the holder.
+		createPriorityClass(t, client, "fallback-high", 10000)
+		evicted := makePod(ns, "evicted", protected, hostPort(8080))
+		evicted.Spec.PriorityClassName = "fallback-high"
+		createPods(t, client, evicted)
+		placement := waitBound(t, client, ns, 2)
+		if placement["evicted"] != "fallback-ordinary" {
+			t.Errorf("evicted pod bound to %s, want fallback-ordinary", placement["evicted"])
+		}
+		holder, err := client.CoreV1().Pods(ns).Get(context.Background(), "holder", metav1.GetOptions{})
+		if err != nil || holder.DeletionTimestamp != nil || holder.Spec.NodeName != "lb-ports" {
+			t.Errorf("holder preempted or moved: %v %+v", err, holder)
+		}
+		waitEvent(t, client, ns, "evicted", lifeboatplacement.ErrReasonRetryAllNodes)
+	})
+
 	// What the controller does once the instance resumed: state active, standby taint off —
 	// in one patch, or in two (then the Pod is first rejected by LifeboatPlacement, and its
 	// queueing hint must requeue it on the label change).
@@ -276,5 +305,43 @@ func createTelemetry(t *testing.T, client kubernetes.Interface, pools map[string
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: telemetry.Namespace, Name: telemetry.Name}, Data: data}
 	if _, err := client.CoreV1().ConfigMaps(telemetry.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// createPriorityClass creates a PriorityClass for one test and deletes it at the end.
+func createPriorityClass(t *testing.T, client kubernetes.Interface, name string, value int32) {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+	if _, err := client.SchedulingV1().PriorityClasses().Create(context.Background(), pc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// waitEvent waits for an event about the Pod whose note contains text.
+func waitEvent(t *testing.T, client kubernetes.Interface, namespace, pod, text string) {
+	t.Helper()
+	var notes []string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		events, err := client.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		notes = nil
+		for _, e := range events.Items {
+			if e.Regarding.Name != pod {
+				continue
+			}
+			notes = append(notes, e.Note)
+			if strings.Contains(e.Note, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no event about %s/%s containing %q; events: %q", namespace, pod, text, notes)
 	}
 }

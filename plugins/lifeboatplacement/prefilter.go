@@ -1,0 +1,268 @@
+package lifeboatplacement
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
+	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+)
+
+// narrowedStateKey marks, in the CycleState, a cycle in which PreFilter narrowed the Pod to
+// active lifeboat nodes; PostFilter reads it.
+const narrowedStateKey fwk.StateKey = "PreFilter" + Name
+
+// narrowedState lists the nodes PreFilter narrowed the cycle to.
+type narrowedState struct {
+	nodes sets.Set[string]
+}
+
+// Clone shares the state: it is never modified after PreFilter.
+func (s *narrowedState) Clone() fwk.StateData { return s }
+
+// widenAfter bounds how long a Pod stays marked for a cycle without narrowing: the mark is
+// consumed by the Pod's next attempt, normally within a back-off; this only drops marks of
+// Pods deleted in between.
+const widenAfter = 10 * time.Minute
+
+// poolNodeIndex is the set of warm-pool node names (label lifeboat.dev/pool, any state),
+// kept by a handler on the scheduler's shared Node informer, so that PreFilter visits only
+// pool nodes instead of every node of the snapshot. Their state, taints and free capacity are
+// read from the cycle's snapshot, never from here.
+type poolNodeIndex struct {
+	mu    sync.RWMutex
+	names sets.Set[string]
+}
+
+func newPoolNodeIndex() *poolNodeIndex { return &poolNodeIndex{names: sets.New[string]()} }
+
+func (x *poolNodeIndex) set(node *v1.Node) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if IsPoolNode(node) {
+		x.names.Insert(node.Name)
+	} else {
+		x.names.Delete(node.Name)
+	}
+}
+
+func (x *poolNodeIndex) delete(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.names.Delete(name)
+}
+
+// each calls fn for every pool node name while holding the read lock.
+func (x *poolNodeIndex) each(fn func(name string)) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for name := range x.names {
+		fn(name)
+	}
+}
+
+// eventHandler keeps the index in step with the Node informer.
+func (x *poolNodeIndex) eventHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if node, ok := obj.(*v1.Node); ok {
+				x.set(node)
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if node, ok := obj.(*v1.Node); ok {
+				x.set(node)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			switch t := obj.(type) {
+			case *v1.Node:
+				x.delete(t.Name)
+			case cache.DeletedFinalStateUnknown:
+				if node, ok := t.Obj.(*v1.Node); ok {
+					x.delete(node.Name)
+				}
+			}
+		},
+	}
+}
+
+// podNeeds is what a lifeboat node must offer the Pod, computed once per PreFilter.
+type podNeeds struct {
+	pod      *v1.Pod
+	requests *framework.Resource
+	affinity nodeaffinity.RequiredNodeAffinity
+}
+
+func (pl *LifeboatPlacement) needsOf(pod *v1.Pod) *podNeeds {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{SkipPodLevelResources: !pl.enablePodLevelResources})
+	return &podNeeds{pod: pod, requests: framework.NewResource(reqs), affinity: nodeaffinity.GetRequiredNodeAffinity(pod)}
+}
+
+// PreFilter narrows the cycle of a protected Pod to the active lifeboat nodes that can take
+// it, so that it lands on one whatever the profile's node sampling (percentageOfNodesToScore)
+// would have looked at. It returns nil (all nodes, normal sampling) for unprotected Pods, when
+// no active lifeboat node can take the Pod, and for the one retry after a narrowed cycle
+// failed (see PostFilter). It never returns an empty set, which would make the Pod
+// unschedulable.
+//
+// "Can take" mirrors the filters that decide in practice, on the snapshot's NodeInfo: node
+// state and interruption taints (this plugin's Filter), not cordoned, the taints as
+// LifeboatTaints treats them for protected Pods, the Pod's required node affinity and
+// nodeSelector, and free allocatable (pod count, CPU, memory, ephemeral storage, extended
+// resources) against the Pod's requests. Filters it does not mirror (host ports, inter-Pod
+// affinity, topology spread, volumes, DRA) are covered by PostFilter's fallback.
+func (pl *LifeboatPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !isProtected(pod) {
+		return nil, nil
+	}
+	logger := klog.FromContext(ctx)
+	if pl.takeWidenMark(pod.UID) {
+		logger.V(4).Info("narrowing to lifeboat nodes failed last time, evaluating all nodes", "pod", klog.KObj(pod))
+		return nil, nil
+	}
+	targets := pl.lifeboatNodesThatCanTake(logger, pl.needsOf(pod))
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	state.Write(narrowedStateKey, &narrowedState{nodes: targets})
+	logger.V(5).Info("narrowing to active lifeboat nodes that can take the pod", "pod", klog.KObj(pod), "nodes", len(targets))
+	return &fwk.PreFilterResult{NodeNames: targets}, nil
+}
+
+// PreFilterExtensions returns nil: PreFilter keeps no state that nominated Pods change.
+func (pl *LifeboatPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// lifeboatNodesThatCanTake returns the names of the active lifeboat nodes of the snapshot
+// that can take the Pod, or nil.
+func (pl *LifeboatPlacement) lifeboatNodesThatCanTake(logger klog.Logger, needs *podNeeds) sets.Set[string] {
+	nodeInfos := pl.handle.SnapshotSharedLister().NodeInfos()
+	var out sets.Set[string]
+	pl.poolNodes.each(func(name string) {
+		ni, err := nodeInfos.Get(name)
+		if err != nil || !pl.canTake(logger, needs, ni) { // not in this cycle's snapshot yet, or no target
+			return
+		}
+		if out == nil {
+			out = sets.New[string]()
+		}
+		out.Insert(name)
+	})
+	return out
+}
+
+// canTake reports whether the active lifeboat node can take the protected Pod.
+func (pl *LifeboatPlacement) canTake(logger klog.Logger, needs *podNeeds, ni fwk.NodeInfo) bool {
+	node := ni.Node()
+	if node == nil || node.Spec.Unschedulable || !IsActivePoolNode(node) || pl.isInterrupted(node) {
+		return false
+	}
+	if !pl.protectedPodPassesTaints(logger, needs.pod, node.Spec.Taints) {
+		return false
+	}
+	if ok, err := needs.affinity.Match(node); err != nil || !ok {
+		return false
+	}
+	return fitsRequests(needs.requests, ni)
+}
+
+// protectedPodPassesTaints is LifeboatTaints' rule for a protected Pod with the keys of
+// DESIGN.md: the lifeboat taint passes, the standby taint never does, every other
+// NoSchedule/NoExecute taint needs a toleration.
+func (pl *LifeboatPlacement) protectedPodPassesTaints(logger klog.Logger, pod *v1.Pod, taints []v1.Taint) bool {
+	for i := range taints {
+		t := &taints[i]
+		if t.Effect != v1.TaintEffectNoSchedule && t.Effect != v1.TaintEffectNoExecute {
+			continue
+		}
+		switch t.Key {
+		case v1alpha1.TaintLifeboat:
+			continue
+		case v1alpha1.TaintStandby:
+			return false
+		}
+		if !v1helper.TolerationsTolerateTaint(logger, pod.Spec.Tolerations, t, pl.enableTaintComparisonOperators) {
+			return false
+		}
+	}
+	return true
+}
+
+// fitsRequests is NodeResourcesFit's check (noderesources.Fits) on requests computed once per
+// Pod, without ignored resources and without delegating extended resources to DRA — stricter,
+// which only ever means no narrowing.
+func fitsRequests(req *framework.Resource, ni fwk.NodeInfo) bool {
+	alloc, used := ni.GetAllocatable(), ni.GetRequested()
+	if len(ni.GetPods())+1 > alloc.GetAllowedPodNumber() {
+		return false
+	}
+	if req.MilliCPU > 0 && req.MilliCPU > alloc.GetMilliCPU()-used.GetMilliCPU() {
+		return false
+	}
+	if req.Memory > 0 && req.Memory > alloc.GetMemory()-used.GetMemory() {
+		return false
+	}
+	if req.EphemeralStorage > 0 && req.EphemeralStorage > alloc.GetEphemeralStorage()-used.GetEphemeralStorage() {
+		return false
+	}
+	for name, q := range req.ScalarResources {
+		if q > 0 && q > alloc.GetScalarResources()[name]-used.GetScalarResources()[name] {
+			return false
+		}
+	}
+	return true
+}
+
+// PostFilter is the fallback of the narrowing: when a cycle narrowed to lifeboat nodes found
+// none feasible after all (a filter PreFilter does not mirror rejected them, or another
+// plugin's PreFilterResult did not intersect), it marks the Pod for one cycle without
+// narrowing, requeues it at once (Activate; the Pod is in flight, so the queue retries it
+// after its back-off, 1 s in the profile) and returns UnschedulableAndUnresolvable so that
+// DefaultPreemption, which runs after it, does not evict Pods from lifeboat nodes while
+// ordinary nodes were never looked at. Cycles that did not narrow are left to the other
+// PostFilter plugins (Unschedulable).
+func (pl *LifeboatPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if _, err := state.Read(narrowedStateKey); err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	logger := klog.FromContext(ctx)
+	logger.V(3).Info("no active lifeboat node could take the pod after all, retrying on all nodes", "pod", klog.KObj(pod))
+	pl.setWidenMark(pod.UID)
+	pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonRetryAllNodes)
+}
+
+func (pl *LifeboatPlacement) setWidenMark(uid types.UID) {
+	pl.widenMu.Lock()
+	defer pl.widenMu.Unlock()
+	now := pl.clock.Now()
+	for u, at := range pl.widen {
+		if now.Sub(at) > widenAfter {
+			delete(pl.widen, u)
+		}
+	}
+	pl.widen[uid] = now
+}
+
+// takeWidenMark reports whether the Pod is marked for a cycle without narrowing, and clears
+// the mark.
+func (pl *LifeboatPlacement) takeWidenMark(uid types.UID) bool {
+	pl.widenMu.Lock()
+	defer pl.widenMu.Unlock()
+	if _, ok := pl.widen[uid]; !ok {
+		return false
+	}
+	delete(pl.widen, uid)
+	return true
+}
