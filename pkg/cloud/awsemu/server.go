@@ -40,16 +40,20 @@ func Start(e *Emulator, addr string) (*Server, error) {
 	return s, nil
 }
 
-// Close stops the emulator (waking long polls) and the HTTP server, and waits for it.
+// Close stops the emulator (waking long polls) and the HTTP server, and waits for it. It shuts
+// down gracefully for up to 5 s, then closes the remaining connections: on a loaded machine a
+// client may still be mid-request, and an emulator that is going away owes it nothing.
 func (s *Server) Close() error {
 	s.Emulator.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.srv.Shutdown(ctx)
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
 	if serveErr := <-s.done; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
-	return err
+	return nil
 }
 
 // Serve runs an emulator with opts on addr until ctx is done: the entry point of the emulator

@@ -318,6 +318,19 @@ func createPriorityClass(t *testing.T, client kubernetes.Interface, name string,
 	t.Cleanup(func() {
 		_ = client.SchedulingV1().PriorityClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+	// The Priority admission plugin resolves classes from its informer: wait until it knows the
+	// new one (a dry-run Pod naming it is admitted), or the next Pod create is refused.
+	probe := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "priority-probe", Namespace: metav1.NamespaceDefault},
+		Spec:       v1.PodSpec{PriorityClassName: name, Containers: []v1.Container{{Name: "c", Image: "registry.example/probe:1"}}},
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("PriorityClass %s never became visible to admission: %v", name, err)
+	}
 }
 
 // waitEvent waits for an event about the Pod whose note contains text.
