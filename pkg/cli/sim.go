@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -21,7 +22,7 @@ func newSimCommand() *cobra.Command {
 		Use:   "sim",
 		Short: "Simulate Spot reclaims on a local control plane with real components",
 	}
-	cmd.AddCommand(newSimRunCommand(), newSimScenariosCommand())
+	cmd.AddCommand(newSimRunCommand(), newSimScenariosCommand(), newSimUpCommand(), newSimInterruptCommand())
 	return cmd
 }
 
@@ -116,4 +117,93 @@ func newSimScenariosCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+const (
+	upRunDir  = ".lifeboat/sim-up"
+	upState   = ".lifeboat/sim-up.json"
+	upKubecfg = ".lifeboat/kubeconfig"
+)
+
+func newSimUpCommand() *cobra.Command {
+	var name, binDir string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a local cluster with Lifeboat installed, for hands-on use (Ctrl-C stops it)",
+		Long: `Start the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+KWOK, Karpenter with its KWOK provider), install Lifeboat (webhook, scheduler, controller, AWS
+emulator, the scenario's WarmPool) and the scenario's workloads, and print the kubeconfig line.
+Then trigger notices from another shell with ` + "`lifeboat sim interrupt`" + `.`,
+		Example: "  lifeboat sim up\n  lifeboat sim up --scenario single-node",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := scenario.Load(name)
+			if err != nil {
+				return err
+			}
+			if s.WarmPool == nil {
+				return fmt.Errorf("scenario %s has no warmPool; sim up installs Lifeboat with it", s.Name)
+			}
+			installer, err := sim.NewLifeboatInstaller(binDir)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx = klog.NewContext(ctx, klog.Background())
+			kc, _ := filepath.Abs(upKubecfg)
+			return sim.Up(ctx, s, installer, upRunDir, kc, upState, cmd.ErrOrStderr(), func() {
+				fmt.Fprintf(cmd.OutOrStdout(), "ready: export KUBECONFIG=%s\n", kc)
+				fmt.Fprintln(cmd.ErrOrStderr(), "try: lifeboat status; lifeboat sim interrupt --count 3")
+			})
+		},
+	}
+	cmd.Flags().StringVar(&name, "scenario", scenario.DefaultName, "scenario whose cluster, timing, workloads and WarmPool to use")
+	cmd.Flags().StringVar(&binDir, "bin-dir", cluster.DefaultBinDir(), "directory with the component and Lifeboat binaries")
+	return cmd
+}
+
+func newSimInterruptCommand() *cobra.Command {
+	var (
+		pool   string
+		count  int
+		spread time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "interrupt",
+		Short: "Send Spot interruption notices to nodes of the cluster `lifeboat sim up` runs",
+		Long: `Interrupt Spot nodes the way AWS and Karpenter's AWS provider do: a notice to Lifeboat's queue,
+SpotInterrupted events and the NodeClaim deleted, then after the notice budget the reclaim (the
+node and its Pods gone). Waits for the reclaims and prints what happened.`,
+		Example: "  lifeboat sim interrupt --count 3\n  lifeboat sim interrupt --pool c5.large/us-east-1a --count 2 --spread 30s",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p := scenario.Pool{CapacityType: "spot"}
+			if pool != "busiest" {
+				t, z, ok := strings.Cut(pool, "/")
+				if !ok {
+					return fmt.Errorf("--pool: want TYPE/ZONE (e.g. c5.large/us-east-1a) or busiest, got %q", pool)
+				}
+				p.InstanceType, p.Zone = t, z
+			}
+			if count < 1 {
+				return fmt.Errorf("--count must be ≥ 1")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx = klog.NewContext(ctx, klog.Background())
+			markers, err := sim.Interrupt(ctx, upState, p, count, spread, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			for _, m := range markers {
+				fmt.Fprintf(cmd.OutOrStdout(), "%-8s %s\n", m.Kind, m.Label)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&pool, "pool", "busiest", "capacity pool TYPE/ZONE, or busiest (the Spot pool holding the most scenario Pods)")
+	cmd.Flags().IntVar(&count, "count", 1, "number of nodes to interrupt")
+	cmd.Flags().DurationVar(&spread, "spread", 0, "spread the notices over this long")
+	return cmd
 }

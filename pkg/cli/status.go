@@ -104,27 +104,42 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 	if err != nil {
 		return err
 	}
-	var recent []corev1.Event
+	type event struct {
+		at time.Time
+		e  corev1.Event
+	}
+	var recent []event
 	for _, e := range evs.Items {
 		t := e.LastTimestamp.Time
 		if t.IsZero() {
 			t = e.EventTime.Time
 		}
-		if time.Since(t) > since {
+		if time.Since(t) > since || !isLifecycleEvent(&e) {
 			continue
 		}
-		if e.Reason == "SpotInterrupted" || strings.HasPrefix(e.Source.Component, "lifeboat") || strings.HasPrefix(e.ReportingController, "lifeboat") {
-			recent = append(recent, e)
-		}
+		recent = append(recent, event{t, e})
 	}
-	sort.Slice(recent, func(i, j int) bool { return recent[i].LastTimestamp.Before(&recent[j].LastTimestamp) })
+	sort.Slice(recent, func(i, j int) bool { return recent[i].at.Before(recent[j].at) })
 	if len(recent) == 0 {
 		fmt.Fprintln(tw, "  none")
 	}
-	for _, e := range recent {
-		fmt.Fprintf(tw, "  %s\t%s\t%s/%s\t%s\n", e.LastTimestamp.Format(time.TimeOnly), e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+	for _, r := range recent {
+		fmt.Fprintf(tw, "  %s\t%s\t%s/%s\t%s\n", r.at.Local().Format(time.TimeOnly), r.e.Reason, r.e.InvolvedObject.Kind, r.e.InvolvedObject.Name, r.e.Message)
 	}
 	return nil
+}
+
+// isLifecycleEvent keeps Karpenter's interruption signal and the warm pool's lifecycle events
+// (launch, hibernate, resume, handoff, recycle), not scheduling chatter.
+func isLifecycleEvent(e *corev1.Event) bool {
+	if e.Reason == "SpotInterrupted" {
+		return true
+	}
+	from := e.Source.Component + e.ReportingController
+	if !strings.Contains(from, "lifeboat") || strings.Contains(from, "lifeboat-scheduler") {
+		return false
+	}
+	return e.InvolvedObject.Kind == "WarmPool" || e.InvolvedObject.Kind == "Node"
 }
 
 // printProtected lists Deployments and StatefulSets that Lifeboat protects (namespace or

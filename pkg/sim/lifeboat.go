@@ -36,6 +36,8 @@ const (
 // emulator (in this process, bound to KWOK), and the scenario's WarmPool.
 type LifeboatInstaller struct {
 	BinDir, ManifestsDir string
+	// EmulatorURL and QueueURL are set by Install (for `lifeboat sim up`).
+	EmulatorURL, QueueURL string
 }
 
 // NewLifeboatInstaller finds Lifeboat's binaries and manifests, and says how to build them
@@ -76,6 +78,7 @@ func (l *LifeboatInstaller) Install(ctx context.Context, c *cluster.Cluster, s *
 		return nil, err
 	}
 	go func() { <-ctx.Done(); _ = emu.Close() }()
+	l.EmulatorURL, l.QueueURL = emu.URL, queueURL
 	if err := l.startWebhook(ctx, c, runDir); err != nil {
 		return nil, err
 	}
@@ -111,7 +114,7 @@ func (l *LifeboatInstaller) startEmulator(c *cluster.Cluster, s *scenario.Scenar
 	if err != nil {
 		return nil, "", fmt.Errorf("start the AWS emulator: %w", err)
 	}
-	return emu, emu.CreateQueue(emu.URL, "lifeboat-interruptions"), nil
+	return emu, emu.CreateQueue(emu.URL, QueueName), nil
 }
 
 func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *cluster.Cluster, runDir string) error {
@@ -317,21 +320,31 @@ func waitStandby(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) 
 type sqsNotifier struct{ emu *awsemu.Server }
 
 func (n *sqsNotifier) NotifySpotInterruption(_ context.Context, node *corev1.Node, at time.Time) error {
-	id := instanceID(node.Spec.ProviderID)
-	if id == "" {
+	body, ok := spotInterruptionBody(node, at)
+	if !ok {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{
+	_, err := n.emu.SendMessage(QueueName, body)
+	return err
+}
+
+// QueueName is Lifeboat's interruption queue in the emulator.
+const QueueName = "lifeboat-interruptions"
+
+// spotInterruptionBody is the EventBridge "EC2 Spot Instance Interruption Warning" for the
+// node's instance; false for nodes not backed by an EC2 instance.
+func spotInterruptionBody(node *corev1.Node, at time.Time) (string, bool) {
+	id := instanceID(node.Spec.ProviderID)
+	if id == "" {
+		return "", false
+	}
+	body, _ := json.Marshal(map[string]any{
 		"version": "0", "id": "sim-" + id + "-" + fmt.Sprint(at.UnixNano()), "detail-type": "EC2 Spot Instance Interruption Warning",
 		"source": "aws.ec2", "account": "000000000000", "time": at.UTC().Format(time.RFC3339), "region": "us-east-1",
 		"resources": []string{"arn:aws:ec2:us-east-1b:instance/" + id},
 		"detail":    map[string]string{"instance-id": id, "instance-action": "terminate"},
 	})
-	if err != nil {
-		return err
-	}
-	_, err = n.emu.SendMessage("lifeboat-interruptions", string(body))
-	return err
+	return string(body), true
 }
 
 // instanceID extracts i-… from aws:///zone/i-….
