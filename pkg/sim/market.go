@@ -41,8 +41,8 @@ type market struct {
 
 	mu       sync.Mutex
 	markers  []report.Marker
-	killed   map[string]int // workload key → Pods killed at reclaim
-	noticed  map[string]bool
+	killed   map[string]int       // workload key → Pods killed at reclaim
+	noticed  map[string]time.Time // node → when its notice was sent
 	reclaims sync.WaitGroup
 }
 
@@ -141,14 +141,23 @@ func (m *market) pickVictims(p scenario.Pool, count int) []*corev1.Node {
 func (m *market) wasNoticed(node string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.noticed[node]
+	_, ok := m.noticed[node]
+	return ok
+}
+
+// noticeAt is when the node's notice was sent.
+func (m *market) noticeAt(node string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.noticed[node]
+	return at, ok
 }
 
 // interrupt delivers one notice and schedules the reclaim.
 func (m *market) interrupt(ctx context.Context, n *corev1.Node) error {
 	now := time.Now()
 	m.mu.Lock()
-	m.noticed[n.Name] = true
+	m.noticed[n.Name] = now
 	m.mu.Unlock()
 	m.mark(now, "notice", "notice "+n.Name)
 	if err := m.notifier.NotifySpotInterruption(ctx, n, now); err != nil {

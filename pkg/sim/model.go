@@ -66,6 +66,29 @@ func onDemandPrice(s *scenario.Scenario, instanceType string) float64 {
 	return 0
 }
 
+// nodePrice is a running node's hourly price and its On-Demand price: Karpenter's Spot nodes
+// at the scenario's Spot price in their zone, On-Demand nodes and running lifeboat nodes
+// (warming, active, draining) at On-Demand. Hibernated standby nodes bill only EBS and are
+// left out (ok false), as are nodes of unknown types.
+func nodePrice(s *scenario.Scenario) func(n *corev1.Node) (now, onDemand float64, ok bool) {
+	return func(n *corev1.Node) (float64, float64, bool) {
+		od := onDemandPrice(s, n.Labels[v1alpha1.LabelInstanceType])
+		if od == 0 {
+			return 0, 0, false
+		}
+		if n.Labels[v1alpha1.LabelPool] != "" {
+			if n.Labels[v1alpha1.LabelState] == string(v1alpha1.NodeStateStandby) {
+				return 0, 0, false
+			}
+			return od, od, true
+		}
+		if n.Labels[v1alpha1.LabelCapacityType] == "spot" {
+			return od * s.Cluster.SpotDiscount * zoneFactor(s, n.Labels[v1alpha1.LabelZone]), od, true
+		}
+		return od, od, true
+	}
+}
+
 // clusterOptions derives the local control plane's timing model from the scenario: Karpenter
 // nodes boot in karpenterBoot and pull images cold; pool nodes resume in lifeboatResume (the
 // AWS emulator applies that delay) and start Pods from cached images.

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,15 +31,32 @@ type observer struct {
 	claimsAtStart  int
 	activeNodeSecs float64
 	activeByType   map[string]float64 // instance type → active node-seconds
+	billedByType   map[string]float64 // instance type → running (warming, active, draining) node-seconds
 	resumedNodes   map[string]bool
 	start          time.Time
+	// Resume timings, from Node annotations as the controller writes them.
+	// price gives a running node's hourly price and its On-Demand price (ok false for nodes
+	// that do not bill compute, e.g. hibernated pool nodes).
+	price      func(n *corev1.Node) (now, onDemand float64, ok bool)
+	poolTimes  map[string]*poolTimes // pool Node → its resume timestamps
+	resumedFor map[string]string     // pool Node → interrupted Node it was resumed for
 }
 
-func newObserver(ctx context.Context, cl Clients, workloads []string) (*observer, error) {
-	o := &observer{workloads: workloads, claimsSeen: map[string]bool{}, resumedNodes: map[string]bool{}, activeByType: map[string]float64{}}
+// poolTimes are a resumed pool Node's timestamps (zero when not seen).
+type poolTimes struct {
+	interruptedAt, startRequestedAt, readyAt time.Time
+}
+
+func newObserver(ctx context.Context, cl Clients, workloads []string, price func(*corev1.Node) (float64, float64, bool)) (*observer, error) {
+	o := &observer{workloads: workloads, claimsSeen: map[string]bool{}, resumedNodes: map[string]bool{}, activeByType: map[string]float64{}, billedByType: map[string]float64{},
+		poolTimes: map[string]*poolTimes{}, resumedFor: map[string]string{}, price: price}
 	f := informers.NewSharedInformerFactory(cl.Kube, 0)
 	podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
 	o.pods, o.nodes = podInf.GetIndexer(), nodeInf.GetIndexer()
+	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    o.recordResume,
+		UpdateFunc: func(_, obj any) { o.recordResume(obj) },
+	})
 	df := dynamicinformer.NewDynamicSharedInformerFactory(cl.Dynamic, 0)
 	claimInf := df.ForResource(cluster.NodeClaimGVR).Informer()
 	_, _ = claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
@@ -92,17 +111,30 @@ func (o *observer) sample(interval time.Duration) {
 			s.Workloads[p.Namespace+"/"+name]++
 		}
 	}
-	var activeTypes []string
+	var activeTypes, runningTypes []string
+	var paid, onDemand float64
 	for _, obj := range o.nodes.List() {
 		n := obj.(*corev1.Node)
 		kind := nodeKind(n)
 		s.Nodes[kind]++
+		if o.price != nil {
+			if now, od, ok := o.price(n); ok {
+				paid, onDemand = paid+now, onDemand+od
+			}
+		}
+		if n.Labels[v1alpha1.LabelPool] != "" && n.Labels[v1alpha1.LabelState] != string(v1alpha1.NodeStateStandby) {
+			// Running instances bill: warming (a refill pre-pulling), active, draining.
+			runningTypes = append(runningTypes, n.Labels[v1alpha1.LabelInstanceType])
+		}
 		if kind == "lifeboat-active" || kind == "lifeboat-draining" {
 			activeTypes = append(activeTypes, n.Labels[v1alpha1.LabelInstanceType])
 			o.mu.Lock()
 			o.resumedNodes[n.Name] = true
 			o.mu.Unlock()
 		}
+	}
+	if onDemand > 0 {
+		s.Savings = 1 - paid/onDemand
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -115,6 +147,71 @@ func (o *observer) sample(interval time.Duration) {
 		o.activeNodeSecs += interval.Seconds()
 		o.activeByType[t] += interval.Seconds()
 	}
+	for _, t := range runningTypes {
+		o.billedByType[t] += interval.Seconds()
+	}
+}
+
+// recordResume keeps the resume timestamps the controller writes: on a claimed pool Node
+// (interrupted-at copied from the notice it answers, start-requested-at, resumed-ready-at) and on
+// an interrupted Node (resume-decision: the pool Nodes resumed for it).
+func (o *observer) recordResume(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if d := n.Annotations[v1alpha1.AnnotationResumeDecision]; d != "" && d != "none" {
+		for _, p := range strings.Split(d, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				o.resumedFor[p] = n.Name
+			}
+		}
+	}
+	if n.Labels[v1alpha1.LabelPool] == "" || n.Annotations[v1alpha1.AnnotationStartRequestedAt] == "" {
+		return
+	}
+	pt := o.poolTimes[n.Name]
+	if pt == nil {
+		pt = &poolTimes{}
+		o.poolTimes[n.Name] = pt
+	}
+	set := func(dst *time.Time, key string) {
+		if t, err := time.Parse(time.RFC3339Nano, n.Annotations[key]); err == nil {
+			*dst = t
+		}
+	}
+	set(&pt.interruptedAt, v1alpha1.AnnotationInterruptedAt)
+	set(&pt.startRequestedAt, v1alpha1.AnnotationStartRequestedAt)
+	set(&pt.readyAt, v1alpha1.AnnotationResumedReadyAt)
+}
+
+// resumes times every resume seen since t0 from the notice the market sent for the node it
+// answered (noticeAt), or from the controller's interrupted-at when that node is unknown.
+func (o *observer) resumes(noticeAt func(node string) (time.Time, bool)) []report.Resume {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []report.Resume
+	for name, pt := range o.poolTimes {
+		if pt.startRequestedAt.Before(o.start) {
+			continue // resumed before t0 (not part of the run)
+		}
+		from := pt.interruptedAt
+		if at, ok := noticeAt(o.resumedFor[name]); ok {
+			from = at
+		}
+		r := report.Resume{Node: name, ToStartRequested: -1, ToReady: -1}
+		if !from.IsZero() {
+			r.ToStartRequested = pt.startRequestedAt.Sub(from)
+			if !pt.readyAt.IsZero() {
+				r.ToReady = pt.readyAt.Sub(from)
+			}
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }
 
 func nodeKind(n *corev1.Node) string {
@@ -167,11 +264,13 @@ func (o *observer) launchedClaims() int {
 	return len(o.claimsSeen) - o.claimsAtStart
 }
 
+// snapshot returns the samples, the active lifeboat node-seconds, the billed (running) pool
+// node-seconds per instance type and the number of resumed nodes.
 func (o *observer) snapshot() ([]report.Sample, float64, map[string]float64, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	byType := map[string]float64{}
-	for k, v := range o.activeByType {
+	for k, v := range o.billedByType {
 		byType[k] = v
 	}
 	return append([]report.Sample(nil), o.samples...), o.activeNodeSecs, byType, len(o.resumedNodes)

@@ -45,7 +45,8 @@ type Options struct {
 	Parallel bool
 	// Interval is the sampling interval (default 1 s).
 	Interval time.Duration
-	// WarmupTimeout bounds the wait for every workload to be ready before t0.
+	// WarmupTimeout bounds the wait for every workload to be ready before t0 (default: the
+	// scenario's warmupTimeout).
 	WarmupTimeout time.Duration
 }
 
@@ -55,7 +56,7 @@ func Run(ctx context.Context, s *scenario.Scenario, opts Options) (*report.Repor
 		opts.Interval = time.Second
 	}
 	if opts.WarmupTimeout == 0 {
-		opts.WarmupTimeout = 6 * time.Minute
+		opts.WarmupTimeout = s.WarmupTimeout.Duration
 	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
@@ -153,7 +154,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	obsCtx, stopObs := context.WithCancel(ctx)
 	defer stopObs()
 	cl := ClientsOf(c)
-	obs, err := newObserver(obsCtx, cl, keys)
+	obs, err := newObserver(obsCtx, cl, keys, nodePrice(s))
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +174,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	}
 	obs.begin()
 	go obs.run(obsCtx, opts.Interval)
-	m := &market{c: cl, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]bool{}}
+	m := &market{c: cl, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]time.Time{}}
 	progress(opts, mode, began, "t0: playing %d market events over %s", len(s.Events), s.Duration)
 	playErr := make(chan error, 1)
 	go func() { playErr <- m.play(ctx) }()
@@ -191,7 +192,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	if err := c.Running(); err != nil {
 		return nil, fmt.Errorf("a component died during the run: %w", err)
 	}
-	samples, activeSecs, activeByType, resumed := obs.snapshot()
+	samples, activeSecs, billedByType, resumed := obs.snapshot()
 	m.mu.Lock()
 	for k, n := range m.killed {
 		i := infos[k]
@@ -204,7 +205,10 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 		Mode: string(mode), Interval: opts.Interval, Samples: samples, Markers: markers, Workloads: infos,
 		KarpenterLaunched: obs.launchedClaims(), LifeboatResumed: resumed, LifeboatActiveNodeSeconds: activeSecs,
 	}
-	run.LifeboatDollars, run.OverprovisioningDollars = costs(s, activeByType)
+	run.Resumes = obs.resumes(m.noticeAt)
+	c0 := costs(s, billedByType)
+	run.LifeboatDollars, run.OverprovisioningDollars = c0.lifeboatRun, c0.overprovisioningRun
+	run.RunsPerMonth, run.LifeboatDollarsPerMonth, run.OverprovisioningDollarsPerMonth = s.Cost.RunsPerMonth, c0.lifeboatMonth, c0.overprovisioningMonth
 	progress(opts, mode, began, "done: %d samples, %d notices", len(samples), countKind(markers, "notice"))
 	return run, nil
 }
@@ -222,26 +226,43 @@ func countKind(ms []report.Marker, kind string) int {
 // EBS gp3 list price, USD per GiB-month (us-east-1); a month is 730 h.
 const ebsDollarsPerGiBMonth = 0.08
 
-// costs estimates both protections over the scenario's duration for the same capacity: the
-// warm pool pays EBS while hibernated plus On-Demand time while active; overprovisioning keeps
-// the same number of nodes of the pool's first type running the whole time, at the Spot price
-// (balloons land on the cheapest capacity that protected Pods may use).
-func costs(s *scenario.Scenario, activeByType map[string]float64) (lifeboat, overprovisioning float64) {
+// hoursPerMonth is AWS's billing month.
+const hoursPerMonth = 730
+
+// costEstimate is what both protections cost, for the run and projected over a month.
+type costEstimate struct {
+	lifeboatRun, overprovisioningRun     float64
+	lifeboatMonth, overprovisioningMonth float64
+}
+
+// costs estimates both protections for the same capacity: the warm pool pays EBS while
+// hibernated plus On-Demand time while active; overprovisioning keeps the same number of nodes
+// of the pool's first type running the whole time, at the Spot price (balloons land on the
+// cheapest capacity that protected Pods may use). The monthly figures pay the pool's EBS and
+// the balloons for a whole month, plus the run's active lifeboat time RunsPerMonth times.
+func costs(s *scenario.Scenario, billedByType map[string]float64) costEstimate {
 	wp := s.WarmPool
 	if wp == nil {
-		return 0, 0
+		return costEstimate{}
 	}
 	size := 0
 	fmt.Sscanf(wp.Size, "%d", &size)
 	hours := s.Duration.Hours()
-	lifeboat = float64(size) * float64(wp.EBSGiBPerNode) * ebsDollarsPerGiBMonth / 730 * hours
-	for t, secs := range activeByType {
-		lifeboat += onDemandPrice(s, t) * secs / 3600
+	ebsPerHour := float64(size) * float64(wp.EBSGiBPerNode) * ebsDollarsPerGiBMonth / hoursPerMonth
+	active := 0.0
+	for t, secs := range billedByType {
+		active += onDemandPrice(s, t) * secs / 3600
 	}
+	var balloonsPerHour float64
 	if len(wp.InstanceTypes) > 0 {
-		overprovisioning = float64(size) * onDemandPrice(s, wp.InstanceTypes[0]) * s.Cluster.SpotDiscount * hours
+		balloonsPerHour = float64(size) * onDemandPrice(s, wp.InstanceTypes[0]) * s.Cluster.SpotDiscount
 	}
-	return lifeboat, overprovisioning
+	return costEstimate{
+		lifeboatRun:           ebsPerHour*hours + active,
+		overprovisioningRun:   balloonsPerHour * hours,
+		lifeboatMonth:         ebsPerHour*hoursPerMonth + s.Cost.RunsPerMonth*active,
+		overprovisioningMonth: balloonsPerHour * hoursPerMonth,
+	}
 }
 
 func createNamespace(ctx context.Context, c *cluster.Cluster, name string, labels map[string]string) error {

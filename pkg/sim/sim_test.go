@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
@@ -68,14 +71,22 @@ func TestCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 4 standby m5.xlarge with 40 GiB for 12 minutes, plus one node-hour active.
-	lb, op := costs(s, map[string]float64{"m5.xlarge": 3600})
-	wantEBS := 4 * 40 * 0.08 / 730 * 0.2
-	if d := lb - (wantEBS + 0.192); d > 1e-9 || d < -1e-9 {
-		t.Errorf("lifeboat cost %.6f, want %.6f", lb, wantEBS+0.192)
+	c := costs(s, map[string]float64{"m5.xlarge": 3600})
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if d := got - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s = %.6f, want %.6f", what, got, want)
+		}
 	}
-	wantOP := 4 * 0.192 * 0.35 * 0.2
-	if d := op - wantOP; d > 1e-9 || d < -1e-9 {
-		t.Errorf("overprovisioning cost %.6f, want %.6f", op, wantOP)
+	wantEBS := 4 * 40 * 0.08 / 730 * 0.2
+	near("lifeboat per run", c.lifeboatRun, wantEBS+0.192)
+	near("overprovisioning per run", c.overprovisioningRun, 4*0.192*0.35*0.2)
+	// A month: the pool's EBS all month (4 × 40 GiB × $0.08 = $12.80) and the run's hour of
+	// On-Demand four times (default runsPerMonth); four Spot m5.xlarge balloons all month.
+	near("lifeboat per month", c.lifeboatMonth, 12.80+4*0.192)
+	near("overprovisioning per month", c.overprovisioningMonth, 4*0.192*0.35*730)
+	if ratio := c.lifeboatMonth / c.overprovisioningMonth; ratio > 0.2 {
+		t.Errorf("monthly ratio %.3f: the scenario's own figures should show the ≤ 0.2 goal", ratio)
 	}
 }
 
@@ -101,5 +112,34 @@ func TestInstanceTypesSkipPoolOnlyAndPriceZones(t *testing.T) {
 	}
 	if !(a > 0 && c > a) {
 		t.Errorf("zoneSpotFactor not applied: 1a %.4f, 1c %.4f", a, c)
+	}
+}
+
+func TestNodePrice(t *testing.T) {
+	s, err := scenario.Load("monday-reclaim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := nodePrice(s)
+	node := func(labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+	}
+	for _, tc := range []struct {
+		name         string
+		labels       map[string]string
+		now, od      float64
+		billsCompute bool
+	}{
+		{"spot in the cheapest zone", map[string]string{v1alpha1.LabelInstanceType: "c5.large", v1alpha1.LabelCapacityType: "spot", v1alpha1.LabelZone: "us-east-1a"}, 0.085 * 0.35, 0.085, true},
+		{"spot in a dearer zone", map[string]string{v1alpha1.LabelInstanceType: "c5.large", v1alpha1.LabelCapacityType: "spot", v1alpha1.LabelZone: "us-east-1c"}, 0.085 * 0.35 * 1.15, 0.085, true},
+		{"on-demand", map[string]string{v1alpha1.LabelInstanceType: "m5.large", v1alpha1.LabelCapacityType: "on-demand"}, 0.096, 0.096, true},
+		{"active lifeboat", map[string]string{v1alpha1.LabelInstanceType: "m5.xlarge", v1alpha1.LabelPool: "sim", v1alpha1.LabelState: "active"}, 0.192, 0.192, true},
+		{"hibernated lifeboat", map[string]string{v1alpha1.LabelInstanceType: "m5.xlarge", v1alpha1.LabelPool: "sim", v1alpha1.LabelState: "standby"}, 0, 0, false},
+		{"unknown type", map[string]string{v1alpha1.LabelInstanceType: "x9.huge"}, 0, 0, false},
+	} {
+		now, od, ok := price(node(tc.labels))
+		if ok != tc.billsCompute || math.Abs(now-tc.now) > 1e-12 || math.Abs(od-tc.od) > 1e-12 {
+			t.Errorf("%s: price = %v, %v, %v; want %v, %v, %v", tc.name, now, od, ok, tc.now, tc.od, tc.billsCompute)
+		}
 	}
 }

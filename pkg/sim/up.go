@@ -117,14 +117,14 @@ func Interrupt(ctx context.Context, stateFile string, pool scenario.Pool, count 
 		return nil, err
 	}
 	cl := Clients{Kube: kube, Dynamic: dyn}
-	obs, err := newObserver(ctx, cl, nil)
+	obs, err := newObserver(ctx, cl, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	obs.begin()
 	s := &scenario.Scenario{Timing: scenario.Timing{Notice: scenario.Duration{Duration: st.Notice}},
 		Events: []scenario.Event{{Kind: scenario.EventBurst, Pool: pool, Count: count, Spread: scenario.Duration{Duration: spread}}}}
-	m := &market{c: cl, s: s, obs: obs, killed: map[string]int{}, noticed: map[string]bool{},
+	m := &market{c: cl, s: s, obs: obs, killed: map[string]int{}, noticed: map[string]time.Time{},
 		notifier: sqsClientNotifier{client: clients.SQS, queueURL: st.QueueURL}}
 	fmt.Fprintf(progress, "%d notice(s) to the busiest matching Spot pool, reclaim %s after each\n", count, st.Notice)
 	if err := m.play(ctx); err != nil {

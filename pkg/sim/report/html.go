@@ -102,6 +102,7 @@ type htmlData struct {
 	Modes     []string
 	Workloads []workloadChart
 	Nodes     []workloadChart
+	Savings   template.HTML
 	Table     string
 }
 
@@ -146,6 +147,15 @@ func WriteHTML(w io.Writer, rep *Report, runs []*Run) error {
 		}
 		d.Workloads = append(d.Workloads, workloadChart{Name: n, Chart: chart("ready replicas of "+n, ss, markers, span, float64(info.Replicas)+1)})
 	}
+	var savings []series
+	for _, r := range runs {
+		s := series{Name: r.Mode, Colour: colour(modeColours, r.Mode)}
+		for _, smp := range r.Samples {
+			s.Points = append(s.Points, point{smp.At, 100 * smp.Savings})
+		}
+		savings = append(savings, s)
+	}
+	d.Savings = chart("Spot savings rate (%) of the running nodes", savings, markers, span, 100)
 	for _, r := range runs {
 		var ss []series
 		maxV := 1.0
@@ -191,5 +201,8 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px}pre{background:#f6f6f6;paddi
 {{range .Workloads}}<h3>{{.Name}}</h3>{{.Chart}}{{end}}
 <h2>Nodes by kind</h2>
 {{range .Nodes}}<h3>{{.Name}}</h3>{{.Chart}}{{end}}
+<h2>Spot savings rate</h2>
+<p>1 − price of the running nodes / their On-Demand price, every second.</p>
+{{.Savings}}
 </body></html>
 `))

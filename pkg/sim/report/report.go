@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +21,9 @@ type Sample struct {
 	Workloads map[string]int32 // "<ns>/<name>" → ready replicas
 	Nodes     map[string]int   // node kind → count (see NodeKinds)
 	Pending   int              // Pods Pending
+	// Savings is 1 − (hourly price of the running nodes) / (their On-Demand price): the Spot
+	// savings rate at that instant (0 when no node runs).
+	Savings float64
 }
 
 // NodeKinds are the node series the observers count.
@@ -26,9 +31,30 @@ var NodeKinds = []string{"karpenter-spot", "karpenter-on-demand", "lifeboat-stan
 
 // Marker is an event on the time axis (a notice, a reclaim, a resume, a handoff).
 type Marker struct {
-	At    time.Duration `json:"at_seconds"`
-	Kind  string        `json:"kind"`
-	Label string        `json:"label"`
+	At    time.Duration
+	Kind  string
+	Label string
+}
+
+type markerJSON struct {
+	AtSeconds float64 `json:"at_seconds"`
+	Kind      string  `json:"kind"`
+	Label     string  `json:"label"`
+}
+
+// MarshalJSON writes the time as seconds since t0 (at_seconds).
+func (m Marker) MarshalJSON() ([]byte, error) {
+	return json.Marshal(markerJSON{AtSeconds: m.At.Seconds(), Kind: m.Kind, Label: m.Label})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (m *Marker) UnmarshalJSON(b []byte) error {
+	var j markerJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*m = Marker{At: time.Duration(j.AtSeconds * float64(time.Second)), Kind: j.Kind, Label: j.Label}
+	return nil
 }
 
 // WorkloadInfo is what the run knows of a workload besides samples.
@@ -52,6 +78,21 @@ type Run struct {
 	LifeboatActiveNodeSeconds float64
 	LifeboatDollars           float64
 	OverprovisioningDollars   float64
+	// Monthly projection (see scenario.Cost).
+	RunsPerMonth                    float64
+	LifeboatDollarsPerMonth         float64
+	OverprovisioningDollarsPerMonth float64
+
+	// Resumes are the lifeboat nodes resumed during the run, with their timings.
+	Resumes []Resume
+}
+
+// Resume is one lifeboat node's resume, timed from the notice of the node it was resumed for.
+type Resume struct {
+	Node string
+	// ToStartRequested: notice → StartInstances returned; ToReady: notice → Node Ready.
+	// Negative when unknown.
+	ToStartRequested, ToReady time.Duration
 }
 
 // Report is report.json. Field names are stable: other tools read them.
@@ -89,12 +130,27 @@ type NodeResult struct {
 	KarpenterLaunched         int     `json:"karpenter_launched"`
 	LifeboatResumed           int     `json:"lifeboat_resumed"`
 	LifeboatActiveNodeSeconds float64 `json:"lifeboat_active_node_seconds"`
+	// Resume latency over the resumed lifeboat nodes, from the market's notice for the node
+	// each was resumed for: to StartInstances returned, and to the Node Ready (lifeboat mode).
+	ResumeStartP50Seconds float64 `json:"resume_notice_to_start_p50_seconds,omitempty"`
+	ResumeStartP99Seconds float64 `json:"resume_notice_to_start_p99_seconds,omitempty"`
+	ResumeReadyP50Seconds float64 `json:"resume_notice_to_ready_p50_seconds,omitempty"`
+	ResumeReadyP99Seconds float64 `json:"resume_notice_to_ready_p99_seconds,omitempty"`
 }
 
-// CostResult estimates what each protection costs for the run's duration.
+// CostResult estimates what each protection costs: for the run's duration, and projected over
+// a month (the comparison that matters: a warm pool pays EBS while it waits, balloons pay
+// running nodes).
 type CostResult struct {
-	LifeboatDollars         float64 `json:"lifeboat_dollars"`
-	OverprovisioningDollars float64 `json:"overprovisioning_dollars"`
+	LifeboatDollars                 float64 `json:"lifeboat_dollars"`
+	OverprovisioningDollars         float64 `json:"overprovisioning_dollars"`
+	RunsPerMonth                    float64 `json:"runs_per_month,omitempty"`
+	LifeboatDollarsPerMonth         float64 `json:"lifeboat_dollars_per_month,omitempty"`
+	OverprovisioningDollarsPerMonth float64 `json:"overprovisioning_dollars_per_month,omitempty"`
+	// Spot savings rate of the running nodes against On-Demand, over the run: mean and lowest
+	// (regional-crunch shows it fall while Karpenter falls back to On-Demand).
+	SavingsRateMean float64 `json:"savings_rate_mean"`
+	SavingsRateMin  float64 `json:"savings_rate_min"`
 }
 
 // Summarize computes a mode's figures from its samples.
@@ -106,9 +162,30 @@ func Summarize(r *Run) *ModeResult {
 			LifeboatResumed:           r.LifeboatResumed,
 			LifeboatActiveNodeSeconds: round(r.LifeboatActiveNodeSeconds),
 		},
-		Cost:    CostResult{LifeboatDollars: round4(r.LifeboatDollars), OverprovisioningDollars: round4(r.OverprovisioningDollars)},
+		Cost: CostResult{LifeboatDollars: round4(r.LifeboatDollars), OverprovisioningDollars: round4(r.OverprovisioningDollars),
+			RunsPerMonth: r.RunsPerMonth, LifeboatDollarsPerMonth: round2(r.LifeboatDollarsPerMonth),
+			OverprovisioningDollarsPerMonth: round2(r.OverprovisioningDollarsPerMonth)},
 		Markers: r.Markers,
 	}
+	if len(r.Samples) > 0 {
+		sum, lowest := 0.0, 1.0
+		for _, smp := range r.Samples {
+			sum += smp.Savings
+			lowest = min(lowest, smp.Savings)
+		}
+		res.Cost.SavingsRateMean, res.Cost.SavingsRateMin = round4(sum/float64(len(r.Samples))), round4(lowest)
+	}
+	var toStart, toReady []time.Duration
+	for _, rs := range r.Resumes {
+		if rs.ToStartRequested >= 0 {
+			toStart = append(toStart, rs.ToStartRequested)
+		}
+		if rs.ToReady >= 0 {
+			toReady = append(toReady, rs.ToReady)
+		}
+	}
+	res.Nodes.ResumeStartP50Seconds, res.Nodes.ResumeStartP99Seconds = quantileSeconds(toStart, 0.5), quantileSeconds(toStart, 0.99)
+	res.Nodes.ResumeReadyP50Seconds, res.Nodes.ResumeReadyP99Seconds = quantileSeconds(toReady, 0.5), quantileSeconds(toReady, 0.99)
 	firstNotice := time.Duration(-1)
 	for _, m := range r.Markers {
 		if m.Kind == "notice" && (firstNotice < 0 || m.At < firstNotice) {
@@ -163,7 +240,21 @@ func minReady(samples []Sample, name string, def int32) int32 {
 	return m
 }
 
+// quantileSeconds is the nearest-rank quantile, in seconds rounded to the millisecond (0 when
+// there are no samples).
+func quantileSeconds(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	i = max(0, min(i, len(s)-1))
+	return float64(s[i].Milliseconds()) / 1000
+}
+
 func round(f float64) float64  { return float64(int64(f*10+0.5)) / 10 }
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 func round4(f float64) float64 { return float64(int64(f*10000+0.5)) / 10000 }
 
 // New builds a report from every mode's run.
@@ -224,11 +315,24 @@ func (rep *Report) WriteTable(w io.Writer) error {
 				wr.SecondsBelowFloor, wr.SecondsZeroReady, wr.RecoverySeconds, wr.PodsKilledAtReclaim)
 		}
 	}
-	fmt.Fprintln(tw, "MODE\tKARPENTER NODES\tLIFEBOAT RESUMED\tLIFEBOAT NODE-SECONDS\tLIFEBOAT $\tOVERPROVISIONING $")
+	fmt.Fprintln(tw, "MODE\tKARPENTER NODES\tLIFEBOAT RESUMED\tNOTICE→START p50/p99 (s)\tNOTICE→READY p50/p99 (s)\tLIFEBOAT NODE-SECONDS\tLIFEBOAT $ (RUN)\tOVERPROVISIONING $ (RUN)\tSPOT SAVINGS mean / min")
 	for _, m := range rep.ModeNames() {
 		res := rep.Modes[m]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.4f\t%.4f\n", m, res.Nodes.KarpenterLaunched, res.Nodes.LifeboatResumed,
-			res.Nodes.LifeboatActiveNodeSeconds, res.Cost.LifeboatDollars, res.Cost.OverprovisioningDollars)
+		start, ready := "-", "-"
+		if res.Nodes.LifeboatResumed > 0 && res.Nodes.ResumeStartP99Seconds > 0 {
+			start = fmt.Sprintf("%.3f / %.3f", res.Nodes.ResumeStartP50Seconds, res.Nodes.ResumeStartP99Seconds)
+		}
+		if res.Nodes.LifeboatResumed > 0 && res.Nodes.ResumeReadyP99Seconds > 0 {
+			ready = fmt.Sprintf("%.1f / %.1f", res.Nodes.ResumeReadyP50Seconds, res.Nodes.ResumeReadyP99Seconds)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%.0f\t%.4f\t%.4f\t%.0f%% / %.0f%%\n", m, res.Nodes.KarpenterLaunched, res.Nodes.LifeboatResumed,
+			start, ready, res.Nodes.LifeboatActiveNodeSeconds, res.Cost.LifeboatDollars, res.Cost.OverprovisioningDollars,
+			100*res.Cost.SavingsRateMean, 100*res.Cost.SavingsRateMin)
+	}
+	if res, ok := rep.Modes["lifeboat"]; ok && res.Cost.OverprovisioningDollarsPerMonth > 0 {
+		fmt.Fprintf(tw, "monthly, %g runs like this one a month:\tlifeboat $%.2f\toverprovisioning $%.2f\tratio %.2f\n",
+			res.Cost.RunsPerMonth, res.Cost.LifeboatDollarsPerMonth, res.Cost.OverprovisioningDollarsPerMonth,
+			res.Cost.LifeboatDollarsPerMonth/res.Cost.OverprovisioningDollarsPerMonth)
 	}
 	return tw.Flush()
 }

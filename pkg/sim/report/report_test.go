@@ -74,6 +74,9 @@ func TestReportFormats(t *testing.T) {
 		t.Errorf("scenario = %v", doc["scenario"])
 	}
 	modes := doc["modes"].(map[string]any)
+	if at := modes["baseline"].(map[string]any)["markers"].([]any)[0].(map[string]any)["at_seconds"]; at != 2.0 {
+		t.Errorf("first marker at_seconds = %v, want 2 (seconds, not nanoseconds)", at)
+	}
 	for _, m := range []string{"baseline", "lifeboat"} {
 		mode := modes[m].(map[string]any)
 		w := mode["workloads"].(map[string]any)["shop/web"].(map[string]any)
@@ -116,5 +119,31 @@ func TestReportFormats(t *testing.T) {
 	table := rep.String()
 	if !strings.Contains(table, "shortened for the demo: activeDuration 3m") || !strings.Contains(table, "baseline  shop/web") {
 		t.Errorf("table:\n%s", table)
+	}
+}
+
+func TestSummarizeResumesAndMonthlyCost(t *testing.T) {
+	r := run("lifeboat", 3*time.Second, []int32{12, 12, 12, 12})
+	r.RunsPerMonth, r.LifeboatDollarsPerMonth, r.OverprovisioningDollarsPerMonth = 4, 13.567, 196.224
+	for i, ms := range []int{40, 10, 30, 20} {
+		r.Resumes = append(r.Resumes, Resume{Node: "pool-" + string(rune('a'+i)),
+			ToStartRequested: time.Duration(ms) * time.Millisecond, ToReady: time.Duration(20000+ms) * time.Millisecond})
+	}
+	r.Resumes = append(r.Resumes, Resume{Node: "unknown", ToStartRequested: -1, ToReady: -1})
+	res := Summarize(r)
+	n := res.Nodes
+	// nearest rank over 4 samples: p50 = 2nd (20 ms), p99 = 4th (40 ms); the unknown one is left out.
+	if n.ResumeStartP50Seconds != 0.02 || n.ResumeStartP99Seconds != 0.04 {
+		t.Errorf("notice → start p50/p99 = %v/%v, want 0.02/0.04", n.ResumeStartP50Seconds, n.ResumeStartP99Seconds)
+	}
+	if n.ResumeReadyP50Seconds != 20.02 || n.ResumeReadyP99Seconds != 20.04 {
+		t.Errorf("notice → ready p50/p99 = %v/%v, want 20.02/20.04", n.ResumeReadyP50Seconds, n.ResumeReadyP99Seconds)
+	}
+	if c := res.Cost; c.RunsPerMonth != 4 || c.LifeboatDollarsPerMonth != 13.57 || c.OverprovisioningDollarsPerMonth != 196.22 {
+		t.Errorf("monthly cost %+v", c)
+	}
+	table := New("s", nil, []*Run{r}).String()
+	if !strings.Contains(table, "0.020 / 0.040") || !strings.Contains(table, "ratio 0.07") {
+		t.Errorf("table lacks resume latency or the monthly ratio:\n%s", table)
 	}
 }

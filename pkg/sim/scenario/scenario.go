@@ -43,6 +43,20 @@ type Scenario struct {
 	// Shortened lists durations the scenario shortened from production values so a run fits
 	// a demo (e.g. activeDuration); reports print them.
 	Shortened []string `yaml:"shortened,omitempty"`
+	// WarmupTimeout bounds the wait for every workload to be ready before t0 (default 6m;
+	// large scenarios need more: Karpenter launches hundreds of nodes in batches).
+	WarmupTimeout Duration `yaml:"warmupTimeout,omitempty"`
+	// Cost holds the assumptions of the monthly cost projection.
+	Cost Cost `yaml:"cost,omitempty"`
+}
+
+// Cost holds the assumptions that turn one run's cost into a monthly figure.
+type Cost struct {
+	// RunsPerMonth is how many times a month an interruption like this scenario's hits the
+	// pool (default 4, one a week). The monthly projection is the hibernated pool's EBS for a
+	// whole month plus RunsPerMonth times the run's active lifeboat time; overprovisioning pays
+	// its balloon nodes all month.
+	RunsPerMonth float64 `yaml:"runsPerMonth,omitempty"`
 }
 
 // Cluster is the capacity the scenario runs on.
@@ -245,6 +259,12 @@ func (s *Scenario) applyDefaults() {
 			}
 		}
 	}
+	if s.Cost.RunsPerMonth == 0 {
+		s.Cost.RunsPerMonth = 4
+	}
+	if s.WarmupTimeout.Duration == 0 {
+		s.WarmupTimeout.Duration = 6 * time.Minute
+	}
 	if s.WarmPool != nil {
 		if s.WarmPool.Handoff == "" {
 			s.WarmPool.Handoff = "AfterActiveDuration"
@@ -387,6 +407,9 @@ func (s *Scenario) Validate() []*FieldError {
 		if wp.AfterUse != "Terminate" && wp.AfterUse != "Rehibernate" {
 			bad("warmPool.afterUse", "want Terminate or Rehibernate, got %q", wp.AfterUse)
 		}
+	}
+	if s.Cost.RunsPerMonth < 0 {
+		bad("cost.runsPerMonth", "must be ≥ 0, got %g", s.Cost.RunsPerMonth)
 	}
 	for _, m := range s.Modes {
 		if m == ModeLifeboat && s.WarmPool == nil {
