@@ -318,7 +318,9 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 		return err
 	}
 	if !SurgeDone(ready, min(s.ReadyBefore, s.Base)) {
-		return nil
+		// Idempotent: a restart between the surge and the HPA's patch raises it now. (Not
+		// once the surge is done: endSurge may already have restored the HPA.)
+		return c.raiseHPA(ctx, d, s.Base+s.Surge)
 	}
 	for _, p := range g.Pods {
 		if p.Annotations[corev1.PodDeletionCost] == DeletionCost {
@@ -336,7 +338,17 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 	return c.endSurge(ctx, d, s)
 }
 
+// endSurge takes the surge back. The HPA goes back first: were the Deployment scaled back while
+// the HPA's raised minReplicas still stood, the HPA would scale it up again at its next sync,
+// and a crash between the two writes would leave the HPA raised for good (the Deployment's surge
+// annotation, the only trace, is gone with the scale-back). In this order a crash leaves the
+// surge annotation, and the next pass finishes the scale-back. An HPA whose maxReplicas comes
+// back below the surged count scales the Deployment down itself; the ReplicaSet controller
+// removes the lifeboat Pods first either way (deletion cost).
 func (c *Controller) endSurge(ctx context.Context, d *appsv1.Deployment, s Surge) error {
+	if err := c.restoreHPA(ctx, d); err != nil {
+		return err
+	}
 	before := d.DeepCopy()
 	delete(d.Annotations, v1alpha1.AnnotationHandoffSurge)
 	// If something else changed replicas meanwhile (an HPA, a user), take back only the surge.
@@ -344,7 +356,7 @@ func (c *Controller) endSurge(ctx context.Context, d *appsv1.Deployment, s Surge
 	if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("scale back %s/%s: %w", d.Namespace, d.Name, err)
 	}
-	return c.restoreHPA(ctx, d)
+	return nil
 }
 
 func (c *Controller) readyElsewhere(ctx context.Context, ns string, sel labels.Selector, node string) (int32, error) {
@@ -375,8 +387,16 @@ func (c *Controller) hpaFor(ctx context.Context, d *appsv1.Deployment) (*autosca
 	return nil, nil
 }
 
-// raiseHPA lifts an HPA's minReplicas to the surged count (capped by maxReplicas), keeping the
-// original in an annotation: otherwise the HPA scales the surge away.
+// AnnotationHandoffHPAMax on a HorizontalPodAutoscaler: its maxReplicas before a handoff raised
+// it (only set when the surged count exceeded it). Next to v1alpha1.AnnotationHandoffHPAMin.
+const AnnotationHandoffHPAMax = v1alpha1.Group + "/handoff-original-max-replicas"
+
+// raiseHPA lifts an HPA's minReplicas to the surged count, and its maxReplicas too when the
+// surged count exceeds it, keeping the originals in annotations. Without the minimum the HPA
+// scales the surge away as excess; without the maximum an HPA already at its ceiling (common
+// right after an interruption moved load around) sees replicas above maxReplicas and scales
+// straight back to it — it does that even without metrics — deleting the surge Pods before they
+// are Ready, so the drain could only end at the deadline by deleting Ready Pods.
 func (c *Controller) raiseHPA(ctx context.Context, d *appsv1.Deployment, replicas int32) error {
 	h, err := c.hpaFor(ctx, d)
 	if err != nil || h == nil {
@@ -390,10 +410,18 @@ func (c *Controller) raiseHPA(ctx context.Context, d *appsv1.Deployment, replica
 		h.Annotations = map[string]string{}
 	}
 	h.Annotations[v1alpha1.AnnotationHandoffHPAMin] = strconv.Itoa(int(ptr.Deref(h.Spec.MinReplicas, 1)))
-	h.Spec.MinReplicas = ptr.To(min(replicas, h.Spec.MaxReplicas))
-	return c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if replicas > h.Spec.MaxReplicas {
+		h.Annotations[AnnotationHandoffHPAMax] = strconv.Itoa(int(h.Spec.MaxReplicas))
+		h.Spec.MaxReplicas = replicas
+	}
+	h.Spec.MinReplicas = ptr.To(max(replicas, ptr.Deref(h.Spec.MinReplicas, 1)))
+	if err := c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("raise HPA %s/%s for the surge: %w", h.Namespace, h.Name, err)
+	}
+	return nil
 }
 
+// restoreHPA puts back the minReplicas (and maxReplicas) raiseHPA changed.
 func (c *Controller) restoreHPA(ctx context.Context, d *appsv1.Deployment) error {
 	h, err := c.hpaFor(ctx, d)
 	if err != nil || h == nil {
@@ -404,13 +432,22 @@ func (c *Controller) restoreHPA(ctx context.Context, d *appsv1.Deployment) error
 		return nil
 	}
 	orig, err := strconv.Atoi(raw)
-	if err != nil {
+	if err != nil || orig < 1 {
 		orig = 1
 	}
 	before := h.DeepCopy()
 	delete(h.Annotations, v1alpha1.AnnotationHandoffHPAMin)
 	h.Spec.MinReplicas = ptr.To(int32(orig))
-	return c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if raw, ok := h.Annotations[AnnotationHandoffHPAMax]; ok {
+		delete(h.Annotations, AnnotationHandoffHPAMax)
+		if origMax, err := strconv.Atoi(raw); err == nil && origMax >= orig {
+			h.Spec.MaxReplicas = int32(origMax)
+		}
+	}
+	if err := c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("restore HPA %s/%s after the surge: %w", h.Namespace, h.Name, err)
+	}
+	return nil
 }
 
 // forceDrain runs at the deadline: surges are ended, remaining Pods deleted (ignoring PDBs).

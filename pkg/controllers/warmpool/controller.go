@@ -155,6 +155,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		PrePullTimeout: durationOr(pool.Spec.PrePull.Timeout, 10*time.Minute),
 		MaxStandbyAge:  durationOr(pool.Spec.MaxStandbyAge, 720*time.Hour),
 		BootTimeout:    c.opts.BootTimeout, HibernateRetry: c.opts.HibernateRetry, Now: now,
+		KeepClaimed: pool.Spec.AfterUse == v1alpha1.AfterUseRehibernate,
 	})
 
 	// The slot table first: a launch's generation must be durable before RunInstances, so a

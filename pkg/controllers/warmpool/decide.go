@@ -29,7 +29,12 @@ type Observed struct {
 	// HibernateRetry: a running instance whose hibernation was requested this long ago is asked
 	// again (the request was lost).
 	HibernateRetry time.Duration
-	Now            time.Time
+	// KeepClaimed (afterUse Rehibernate): an instance claimed for an interruption keeps its
+	// slot while it serves instead of detaching, so the slot is not refilled; the recycle
+	// controller returns it to warming after its handoff and it is hibernated again. If it is
+	// terminated instead (fallback), the slot refills as for any vanished instance.
+	KeepClaimed bool
+	Now         time.Time
 }
 
 // Launch is a RunInstances for a slot's generation.
@@ -77,7 +82,7 @@ func (p *Plan) terminate(t Terminate) {
 // A slot's generation moves on whenever its instance leaves standby service: claimed for an
 // interruption (the pool refills at once), failed to hibernate, too old, vanished, or never
 // registered. The new generation gets a new EC2 client token, the old instance becomes
-// "detached".
+// "detached". With KeepClaimed a claimed instance stays in its slot (it is lent, not detached).
 func Decide(o Observed) Plan {
 	plan := Plan{Hibernate: map[string]string{}}
 	slots := map[int32]v1alpha1.SlotStatus{}
@@ -163,6 +168,16 @@ func Decide(o Observed) Plan {
 		}
 		node := nodeOf(o, in)
 		if node != nil && isServing(node) {
+			if o.KeepClaimed {
+				// Lent to an interruption; it comes back to this slot after its handoff.
+				keep[in.ID] = true
+				if nodeutil.State(node) == v1alpha1.NodeStateActive {
+					plan.Active++
+				} else {
+					plan.Draining++
+				}
+				continue
+			}
 			// Claimed by an interruption: the instance is detached from the slot, which refills.
 			bump(s, nil, "", false)
 			continue

@@ -90,6 +90,11 @@ func observed(desired int, sl []v1alpha1.SlotStatus, instances []cloud.Instance,
 	}
 }
 
+func keepClaimed(o Observed) Observed {
+	o.KeepClaimed = true
+	return o
+}
+
 func TestDecide(t *testing.T) {
 	tests := []struct {
 		name string
@@ -231,6 +236,37 @@ func TestDecide(t *testing.T) {
 				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateActive, false)}),
 			launch:          []Launch{{0, 1}},
 			counts:          [4]int32{1, 0, 1, 0},
+			slotsChanged:    true,
+			wantGenerations: []int32{1},
+		},
+		{
+			name: "afterUse Rehibernate: a claimed instance keeps its slot, nothing launches",
+			obs: keepClaimed(observed(1, slots(0), []cloud.Instance{inst("i-1", 0, 0, cloud.StateRunning)},
+				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateActive, true)})),
+			counts:          [4]int32{0, 0, 1, 0},
+			wantGenerations: []int32{0},
+		},
+		{
+			name: "afterUse Rehibernate: draining lent instance is neither replaced nor terminated",
+			obs: keepClaimed(observed(1, slots(0), []cloud.Instance{inst("i-1", 0, 0, cloud.StateRunning)},
+				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateDraining, true)})),
+			counts:          [4]int32{0, 0, 0, 1},
+			wantGenerations: []int32{0},
+		},
+		{
+			name: "afterUse Rehibernate: back to warming after its handoff, images present: hibernate it again",
+			obs: keepClaimed(observed(1, slots(0), []cloud.Instance{inst("i-1", 0, 0, cloud.StateRunning)},
+				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateWarming, true, withImages("nginx"))}, "nginx")),
+			hibernate:       map[string]string{"i-1": "n1"},
+			counts:          [4]int32{1, 0, 0, 0},
+			wantGenerations: []int32{0},
+		},
+		{
+			name: "afterUse Rehibernate: lent instance terminated (fallback): the slot refills",
+			obs: keepClaimed(observed(1, slots(0), []cloud.Instance{inst("i-1", 0, 0, cloud.StateShuttingDown)},
+				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateDraining, true)})),
+			launch:          []Launch{{0, 1}},
+			counts:          [4]int32{1, 0, 0, 0},
 			slotsChanged:    true,
 			wantGenerations: []int32{1},
 		},
