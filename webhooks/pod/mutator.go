@@ -45,21 +45,21 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if len(req.Object.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the request has no object"))
 	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	pod, err := decodePod(req.Object.Raw)
+	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
 	}
 	namespace := req.Namespace
 	if namespace == "" {
 		namespace = pod.Namespace
 	}
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(namespace, podName(&pod, req)))
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(namespace, podName(pod, req)))
 	ctx = klog.NewContext(ctx, logger)
 
 	if m.Config.Exempt(namespace) {
 		return admission.Allowed("namespace is never touched by Lifeboat")
 	}
-	resp, err := m.mutate(ctx, namespace, &pod)
+	resp, err := m.mutate(ctx, namespace, pod)
 	if err != nil {
 		// Fail open, like failurePolicy Ignore: an unprotected Pod is better than a blocked
 		// cluster. The audit lists protected workloads whose Pods were admitted unmutated.
@@ -109,6 +109,42 @@ func (m *Mutator) mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 		return admission.Allowed("already protected").WithWarnings(warnings...), nil
 	}
 	return admission.Patched("", patch...).WithWarnings(warnings...), nil
+}
+
+// admittedPod holds the fields of a Pod that the decision reads and ApplyPlacement may change (the
+// fields Patch compares). Decoding only these skips containers, volumes and status — most of a
+// Pod's bytes and allocations — on every Pod creation in the cluster.
+type admittedPod struct {
+	Metadata struct {
+		Name            string                  `json:"name,omitempty"`
+		GenerateName    string                  `json:"generateName,omitempty"`
+		Namespace       string                  `json:"namespace,omitempty"`
+		Labels          map[string]string       `json:"labels,omitempty"`
+		OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+	} `json:"metadata"`
+	Spec struct {
+		Affinity          *corev1.Affinity         `json:"affinity,omitempty"`
+		Tolerations       []corev1.Toleration      `json:"tolerations,omitempty"`
+		SchedulerName     string                   `json:"schedulerName,omitempty"`
+		PriorityClassName string                   `json:"priorityClassName,omitempty"`
+		Priority          *int32                   `json:"priority,omitempty"`
+		PreemptionPolicy  *corev1.PreemptionPolicy `json:"preemptionPolicy,omitempty"`
+	} `json:"spec"`
+}
+
+// decodePod decodes the admitted fields of a Pod. Fields it skips are not checked: the apiserver
+// has already decoded and defaulted the object it sends.
+func decodePod(raw []byte) (*corev1.Pod, error) {
+	var in admittedPod
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, err
+	}
+	pod := &corev1.Pod{}
+	pod.Name, pod.GenerateName, pod.Namespace = in.Metadata.Name, in.Metadata.GenerateName, in.Metadata.Namespace
+	pod.Labels, pod.OwnerReferences = in.Metadata.Labels, in.Metadata.OwnerReferences
+	pod.Spec.Affinity, pod.Spec.Tolerations, pod.Spec.SchedulerName = in.Spec.Affinity, in.Spec.Tolerations, in.Spec.SchedulerName
+	pod.Spec.PriorityClassName, pod.Spec.Priority, pod.Spec.PreemptionPolicy = in.Spec.PriorityClassName, in.Spec.Priority, in.Spec.PreemptionPolicy
+	return pod, nil
 }
 
 // failOpen admits the request and says why it was not protected.

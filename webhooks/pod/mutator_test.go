@@ -3,6 +3,7 @@ package pod
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -161,4 +164,107 @@ func TestPatchEscapesLabelKeys(t *testing.T) {
 	if len(ops) != 2 || ops[0].Path != "/metadata/labels/lifeboat.dev~1tier" || ops[1].Path != "/metadata/labels/x~0y" {
 		t.Errorf("ops = %+v", ops)
 	}
+}
+
+// decodePod reads only the fields the decision and the patch use; a Pod decoded in full and one
+// decoded by decodePod must mutate to the same patch.
+func TestDecodePodKeepsAdmittedFields(t *testing.T) {
+	full := fixture.WebPod()
+	full.GenerateName = "web-"
+	full.Spec.SchedulerName = "default-scheduler"
+	full.Spec.PriorityClassName = "user-class"
+	full.Spec.Priority = ptr.To[int32](7)
+	full.Spec.PreemptionPolicy = ptr.To(corev1.PreemptNever)
+	full.Spec.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}}
+	full.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}
+	raw, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodePod(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != full.Name || got.GenerateName != full.GenerateName || got.Namespace != full.Namespace {
+		t.Errorf("metadata: got %s/%s (%s), want %s/%s (%s)", got.Namespace, got.Name, got.GenerateName, full.Namespace, full.Name, full.GenerateName)
+	}
+	if d := cmp.Diff(full.Labels, got.Labels); d != "" {
+		t.Errorf("labels (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(full.OwnerReferences, got.OwnerReferences); d != "" {
+		t.Errorf("owner references (-want +got):\n%s", d)
+	}
+	cfg := policy.DefaultConfig()
+	placement := policy.Placement{Tier: v1alpha1.TierStateless, TierClass: &policy.PriorityClass{Name: v1alpha1.PriorityClassStateless, Value: v1alpha1.PriorityStateless}}
+	patchOf := func(p *corev1.Pod) []byte {
+		after := p.DeepCopy()
+		cfg.ApplyPlacement(after, placement)
+		b, err := json.Marshal(Patch(p, after))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if want, got := patchOf(full), patchOf(got); string(want) != string(got) {
+		t.Errorf("patch from the partial decode differs:\nwant %s\ngot  %s", want, got)
+	}
+	if _, err := decodePod([]byte(`{"metadata":{"labels":[]}}`)); err == nil {
+		t.Error("want an error for labels that are not a map")
+	}
+}
+
+// realisticPod is a Pod as a Deployment of a typical service creates it (three containers with
+// environment, probes, resources and mounts), encoded as the apiserver sends it.
+func realisticPod(b *testing.B) []byte {
+	b.Helper()
+	p := fixture.WebPod()
+	p.APIVersion, p.Kind = "v1", "Pod"
+	p.Annotations = map[string]string{"prometheus.io/scrape": "true", "kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
+	p.Spec.Containers = nil
+	for i := range 3 {
+		c := corev1.Container{
+			Name: fmt.Sprintf("c%d", i), Image: "registry.example.com/team/app:v1.2.3", Args: []string{"--port=8080", "--log-level=info"},
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+			},
+			ReadinessProbe:         &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 5},
+			VolumeMounts:           []corev1.VolumeMount{{Name: "cfg", MountPath: "/etc/cfg"}, {Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}},
+			TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent,
+		}
+		for j := range 8 {
+			c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("ENV_%d", j), Value: "some-value-of-moderate-length"})
+		}
+		p.Spec.Containers = append(p.Spec.Containers, c)
+	}
+	p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
+}
+
+// BenchmarkDecodePod compares decoding the whole Pod with decoding the fields the mutation uses.
+func BenchmarkDecodePod(b *testing.B) {
+	raw := realisticPod(b)
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var p corev1.Pod
+			if err := json.Unmarshal(raw, &p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("admitted", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodePod(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

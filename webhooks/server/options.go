@@ -45,6 +45,7 @@ type Options struct {
 
 	MetricsAddress string
 	HealthAddress  string
+	PprofAddress   string
 
 	Namespace      string
 	SchedulerName  string
@@ -104,6 +105,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MutatingConfig, "mutating-webhook-configuration", o.MutatingConfig, "MutatingWebhookConfiguration that receives the self-managed CA bundle.")
 	fs.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", o.ValidatingConfig, "ValidatingWebhookConfiguration that receives the self-managed CA bundle.")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.PprofAddress, "pprof-bind-address", o.PprofAddress, "Address of Go's /debug/pprof endpoints, for profiling; empty or 0 disables them (the default). Profiles reveal memory contents: bind to localhost.")
 	fs.StringVar(&o.HealthAddress, "health-probe-bind-address", o.HealthAddress, "Address of /healthz and /readyz.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Lifeboat's own namespace: never touched, holds the audit's leader election lease.")
 	fs.StringVar(&o.SchedulerName, "scheduler-name", o.SchedulerName, "schedulerName written into protected Pods that use the default scheduler; empty leaves it alone.")

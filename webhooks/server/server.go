@@ -158,6 +158,7 @@ func Run(ctx context.Context, o *Options) error {
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
 		HealthProbeBindAddress:  o.HealthAddress,
+		PprofBindAddress:        o.PprofAddress,
 		LeaderElection:          o.LeaderElect && o.AuditInterval > 0,
 		LeaderElectionID:        "lifeboat-webhook-audit",
 		LeaderElectionNamespace: o.Namespace,

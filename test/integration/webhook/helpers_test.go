@@ -334,6 +334,9 @@ func unregister(t testing.TB, r registration) {
 	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, r.mutating, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)
 	}
+	if r.validating == "" {
+		return
+	}
 	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, r.validating, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)
 	}

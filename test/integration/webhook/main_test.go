@@ -20,6 +20,10 @@ import (
 
 const processEnv = "LIFEBOAT_WEBHOOK_PROCESS"
 
+// profileDirEnv, when set, makes BenchmarkPodCreateLatency record CPU profiles of kube-apiserver
+// there (the apiserver is then started with --profiling).
+const profileDirEnv = "LIFEBOAT_BENCH_PROFILE_DIR"
+
 // shared is the control plane of the package's tests (etcd, kube-apiserver and
 // kube-controller-manager, so Deployments and Jobs create Pods). Tests use their own namespaces.
 var shared *cluster.Cluster
@@ -39,7 +43,11 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{ControllerManager: true})
+	opts := cluster.Options{ControllerManager: true}
+	if os.Getenv(profileDirEnv) != "" {
+		opts.ExtraAPIServerFlags = append(opts.ExtraAPIServerFlags, "--profiling=true")
+	}
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start local control plane: %v\n", err)
 		return 1
