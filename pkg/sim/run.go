@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -323,7 +324,7 @@ func waitWarm(ctx context.Context, obs *observer, s *scenario.Scenario, timeout 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("workloads not ready after %s: %s", timeout, missing)
+			return fmt.Errorf("workloads not ready after %s: %s%s", timeout, missing, notReadyPods(obs, 5))
 		}
 		select {
 		case <-ctx.Done():
@@ -331,6 +332,34 @@ func waitWarm(ctx context.Context, obs *observer, s *scenario.Scenario, timeout 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// notReadyPods describes up to max scenario Pods that are not ready (phase, node, the reason
+// of their unmet condition), so a warm-up timeout says what it waited for.
+func notReadyPods(obs *observer, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, obj := range obs.pods.List() {
+		p := obj.(*corev1.Pod)
+		if p.Labels[LabelWorkload] == "" || (p.DeletionTimestamp == nil && podReady(p)) {
+			continue
+		}
+		if n++; n > max {
+			continue
+		}
+		why := ""
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				why += fmt.Sprintf(" %s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		fmt.Fprintf(&b, "\n  %s/%s: phase %s, node %q, scheduler %s, deleting %v,%s", p.Namespace, p.Name, p.Status.Phase,
+			p.Spec.NodeName, p.Spec.SchedulerName, p.DeletionTimestamp != nil, why)
+	}
+	if n > max {
+		fmt.Fprintf(&b, "\n  … and %d more", n-max)
+	}
+	return b.String()
 }
 
 // createBalloons keeps spare capacity equal to the warm pool: one low-priority pause Pod per

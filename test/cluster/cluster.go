@@ -499,6 +499,12 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--kube-api-burst=400",
 		"--concurrent-deployment-syncs=10",
 		"--concurrent-replicaset-syncs=10",
+		// KWOK plays hundreds of kubelets from one process; on a loaded machine its heartbeats
+		// and Lease renewals fall behind the default 50 s grace, KCM marks the Node NotReady
+		// and its Pods Ready=False, and no kubelet ever sets them Ready again. Nothing here
+		// relies on heartbeat loss (power-off is an explicit stage; a reclaim deletes the
+		// Node), so give the simulated kubelets slack.
+		"--node-monitor-grace-period=5m",
 		"--v=1",
 	}, nil)
 	if err != nil {
