@@ -3,7 +3,8 @@
 #   - notice received → StartInstances succeeded, p50/p99, 1 and 10 simultaneous interruptions;
 #   - one steady-state reconcile of a converged 100-instance pool (time, EC2 calls, API requests).
 # Writes .lifeboat/bench/controller.json and prints the raw `go test -bench` lines.
-# Needs `make tools` (bin/). Usage: hack/bench-controller.sh
+# Needs `make tools` (bin/). Usage: hack/bench-controller.sh (on a shared machine, under
+# `flock /tmp/lifeboat-bench.lock` so that heavy benchmarks never overlap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"

@@ -121,7 +121,7 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	if d.Queue != nil {
 		q := d.Queue
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			return q.Run(ctx, intr.HandleMessage)
+			return q.RunBatches(ctx, intr.HandleBatch)
 		})); err != nil {
 			return nil, err
 		}

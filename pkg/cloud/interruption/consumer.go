@@ -47,6 +47,15 @@ func init() {
 // duplicates of one message (SQS delivers at least once) may be handled at the same time.
 type Handler func(ctx context.Context, msg Message) error
 
+// BatchHandler acts on the actionable messages of one receive batch at once (unparsable and
+// NoOp messages are deleted without calling it) and returns one error per message, in order: a
+// message whose error is nil is deleted, the others are left for redelivery (a nil slice: all
+// handled). A correlated reclaim delivers many notices in one receive; handing them over as one
+// unit lets the handler do per burst what would otherwise be done per notice (one decision, one
+// StartInstances call). The slice may hold duplicates of one message (SQS delivers at least
+// once).
+type BatchHandler func(ctx context.Context, msgs []Message) []error
+
 // Consumer long-polls an SQS queue and hands each parsed message to a Handler.
 type Consumer struct {
 	SQS      cloud.SQSAPI
@@ -60,18 +69,29 @@ type Consumer struct {
 	MaxMessages int32
 	// ErrorBackoff is the first pause after a failed receive; it doubles up to 30s. Default 1s.
 	ErrorBackoff time.Duration
-	// Workers bounds how many messages of one receive batch are handled at once. A correlated
-	// reclaim delivers many notices in one batch, and handling them one after another would
-	// delay the last notice of the batch by every handling before it. Each message is still
-	// deleted only after its own handling succeeded, and the next receive waits for the whole
-	// batch. Default: MaxMessages (a batch is handled fully in parallel); 1 handles in order.
+	// Workers bounds how many messages of one receive batch Run's per-message Handler handles
+	// at once (RunBatches hands the batch over whole). A correlated reclaim delivers many
+	// notices in one batch, and handling them one after another would delay the last notice of
+	// the batch by every handling before it. Each message is still deleted only after its own
+	// handling succeeded, and the next receive waits for the whole batch. Default: MaxMessages
+	// (a batch is handled fully in parallel); 1 handles in order.
 	Workers int
 	Clock   clock.Clock
 }
 
 // Run receives and handles messages until ctx is done; it returns nil then. A handled or
-// unparsable message is deleted; a message whose handling failed is left for redelivery.
+// unparsable message is deleted; a message whose handling failed is left for redelivery. The
+// messages of a receive batch are handled concurrently, at most Workers at a time.
 func (c *Consumer) Run(ctx context.Context, handle Handler) error {
+	c.defaults()
+	return c.RunBatches(ctx, func(ctx context.Context, msgs []Message) []error {
+		return c.handleEach(ctx, msgs, handle)
+	})
+}
+
+// RunBatches is Run with each receive batch handed to handle as one unit. The next receive
+// waits until the batch is handled and its messages deleted.
+func (c *Consumer) RunBatches(ctx context.Context, handle BatchHandler) error {
 	if c.SQS == nil || c.QueueURL == "" {
 		return errors.New("interruption consumer: SQS client and queue URL are required")
 	}
@@ -98,24 +118,83 @@ func (c *Consumer) Run(ctx context.Context, handle Handler) error {
 	return nil
 }
 
-// processBatch handles a receive batch with at most Workers messages in flight and returns when
-// every message is handled (and deleted, or left for redelivery).
-func (c *Consumer) processBatch(ctx context.Context, msgs []sqstypes.Message, handle Handler) {
+// handleEach runs a per-message Handler over a batch with at most Workers messages in flight.
+func (c *Consumer) handleEach(ctx context.Context, msgs []Message, handle Handler) []error {
+	errs := make([]error, len(msgs))
 	if c.Workers <= 1 || len(msgs) <= 1 {
-		for _, m := range msgs {
-			c.process(ctx, m, handle)
+		for i, m := range msgs {
+			errs[i] = handle(ctx, m)
 		}
-		return
+		return errs
 	}
 	slots := make(chan struct{}, c.Workers)
 	var wg sync.WaitGroup
-	for _, m := range msgs {
+	for i, m := range msgs {
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			c.process(ctx, m, handle)
+			errs[i] = handle(ctx, m)
 		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// processBatch parses a receive batch, deletes what needs no handling, hands the rest to handle
+// as one unit and deletes each handled message; it returns when every message is deleted or
+// left for redelivery.
+func (c *Consumer) processBatch(ctx context.Context, raw []sqstypes.Message, handle BatchHandler) {
+	var (
+		wg      sync.WaitGroup
+		msgs    []Message
+		sources []sqstypes.Message
+	)
+	deleteAsync := func(m sqstypes.Message) {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.delete(ctx, m) }()
+	}
+	for _, m := range raw {
+		log := klog.FromContext(ctx).WithValues("messageID", aws.ToString(m.MessageId))
+		msg, err := Parse(aws.ToString(m.Body))
+		if err != nil {
+			// One bad message must not block the queue (nor be redelivered forever): delete it.
+			log.Error(err, "Deleting unparsable interruption message")
+			MessagesTotal.WithLabelValues(string(KindNoOp), OutcomeUnparsable).Inc()
+			deleteAsync(m)
+			continue
+		}
+		msg.SQSMessageID = aws.ToString(m.MessageId)
+		if !msg.Time.IsZero() {
+			MessageAge.WithLabelValues(string(msg.Kind)).Observe(c.Clock.Since(msg.Time).Seconds())
+		}
+		if msg.Kind == KindNoOp {
+			// Unknown kinds and events of no concern: nothing to do, and no reason to see them again.
+			log.V(4).Info("Ignoring interruption message", "source", msg.Source, "detailType", msg.DetailType)
+			MessagesTotal.WithLabelValues(string(KindNoOp), OutcomeHandled).Inc()
+			deleteAsync(m)
+			continue
+		}
+		msgs = append(msgs, msg)
+		sources = append(sources, m)
+	}
+	if len(msgs) > 0 {
+		errs := handle(ctx, msgs)
+		for i, m := range sources {
+			var err error
+			if i < len(errs) {
+				err = errs[i]
+			}
+			log := klog.FromContext(ctx).WithValues("messageID", aws.ToString(m.MessageId))
+			if err != nil {
+				log.Error(err, "Handling interruption message failed; it will be redelivered", "kind", msgs[i].Kind, "instances", msgs[i].InstanceIDs, "receiveCount", m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
+				MessagesTotal.WithLabelValues(string(msgs[i].Kind), OutcomeFailed).Inc()
+				continue
+			}
+			log.V(4).Info("Handled interruption message", "kind", msgs[i].Kind, "instances", msgs[i].InstanceIDs)
+			MessagesTotal.WithLabelValues(string(msgs[i].Kind), OutcomeHandled).Inc()
+			deleteAsync(m)
+		}
 	}
 	wg.Wait()
 }
@@ -156,39 +235,6 @@ func (c *Consumer) receive(ctx context.Context) ([]sqstypes.Message, error) {
 		return nil, fmt.Errorf("receive from %s: %w", c.QueueURL, err)
 	}
 	return out.Messages, nil
-}
-
-// process handles one message. It returns nothing: every outcome is logged and counted, and the
-// queue's visibility timeout takes care of what was not deleted.
-func (c *Consumer) process(ctx context.Context, m sqstypes.Message, handle Handler) {
-	log := klog.FromContext(ctx).WithValues("messageID", aws.ToString(m.MessageId))
-	msg, err := Parse(aws.ToString(m.Body))
-	if err != nil {
-		// One bad message must not block the queue (nor be redelivered forever): delete it.
-		log.Error(err, "Deleting unparsable interruption message")
-		MessagesTotal.WithLabelValues(string(KindNoOp), OutcomeUnparsable).Inc()
-		c.delete(ctx, m)
-		return
-	}
-	msg.SQSMessageID = aws.ToString(m.MessageId)
-	if !msg.Time.IsZero() {
-		MessageAge.WithLabelValues(string(msg.Kind)).Observe(c.Clock.Since(msg.Time).Seconds())
-	}
-	if msg.Kind == KindNoOp {
-		// Unknown kinds and events of no concern: nothing to do, and no reason to see them again.
-		log.V(4).Info("Ignoring interruption message", "source", msg.Source, "detailType", msg.DetailType)
-		MessagesTotal.WithLabelValues(string(KindNoOp), OutcomeHandled).Inc()
-		c.delete(ctx, m)
-		return
-	}
-	if err := handle(ctx, msg); err != nil {
-		log.Error(err, "Handling interruption message failed; it will be redelivered", "kind", msg.Kind, "instances", msg.InstanceIDs, "receiveCount", m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
-		MessagesTotal.WithLabelValues(string(msg.Kind), OutcomeFailed).Inc()
-		return
-	}
-	log.V(4).Info("Handled interruption message", "kind", msg.Kind, "instances", msg.InstanceIDs)
-	MessagesTotal.WithLabelValues(string(msg.Kind), OutcomeHandled).Inc()
-	c.delete(ctx, m)
 }
 
 func (c *Consumer) delete(ctx context.Context, m sqstypes.Message) {

@@ -251,3 +251,76 @@ func TestConsumerHandlesBatchConcurrently(t *testing.T) {
 		t.Errorf("%d deletes, want %d", n, events)
 	}
 }
+
+// TestConsumerHandsBatchOver: RunBatches gives the actionable messages of a receive as one
+// slice (the unparsable one is deleted without reaching the handler), deletes the handled
+// ones and leaves a failed one for redelivery.
+func TestConsumerHandsBatchOver(t *testing.T) {
+	s := awsemu.StartT(t, awsemu.Options{})
+	o := s.ClientOptions()
+	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
+	c, err := awsclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-batch")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := aws.ToString(q.QueueUrl)
+	// Queued before the consumer runs: one receive takes them all.
+	bodies := []string{"not an event"}
+	for i := range 6 {
+		bodies = append(bodies, spotEvent(fmt.Sprintf("evt-%d", i), fmt.Sprintf("i-00000000000000%03d", i)))
+	}
+	for _, b := range bodies {
+		if _, err := c.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu      sync.Mutex
+		batches [][]string
+		failed  bool
+	)
+	handled := make(chan struct{}, 100)
+	handle := func(_ context.Context, msgs []interruption.Message) []error {
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []string
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			ids = append(ids, m.EventID)
+			if m.EventID == "evt-3" && !failed {
+				failed = true
+				errs[i] = errors.New("failed on purpose")
+				continue
+			}
+			handled <- struct{}{}
+		}
+		batches = append(batches, ids)
+		return errs
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: time.Second, ErrorBackoff: time.Millisecond}
+	go func() { done <- consumer.RunBatches(ctx, handle) }()
+	timeout := time.After(20 * time.Second)
+	for range 6 {
+		select {
+		case <-handled:
+		case <-timeout:
+			t.Fatal("timed out waiting for 6 handled messages")
+		}
+	}
+	waitEmpty(t, s, "lifeboat-batch")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) != 2 || len(batches[0]) != 6 || len(batches[1]) != 1 || batches[1][0] != "evt-3" {
+		t.Fatalf("batches %v, want the 6 events at once, then the failed one redelivered alone", batches)
+	}
+}

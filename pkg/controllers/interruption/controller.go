@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -63,7 +65,22 @@ func RegisterIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	})
 }
 
-// Controller decides and carries out resumes for interrupted Nodes.
+// Batching defaults: see batcher. The idle and maximum windows only apply where no notice batch
+// announced the Nodes to come (the Node watch, Karpenter's events); an announcement lapses after
+// DefaultBatchExpect, which bounds what a lost announcement adds to a batch's latency.
+const (
+	DefaultBatchIdle     = 5 * time.Millisecond
+	DefaultBatchMax      = 50 * time.Millisecond
+	DefaultBatchExpect   = 250 * time.Millisecond
+	DefaultBatchMaxNodes = 100
+	// maxConcurrentDecisions bounds the Nodes that can wait in one batch at a time (each
+	// waits in its own reconcile).
+	maxConcurrentDecisions = 128
+)
+
+// Controller decides and carries out resumes for interrupted Nodes. The decisions of a burst
+// are made in batches: one live read of the nodes already claimed, one plan over the shared
+// standby candidates, the claims in parallel, one StartInstances call.
 type Controller struct {
 	client    client.Client
 	reader    client.Reader
@@ -73,6 +90,7 @@ type Controller struct {
 	telemetry *telemetry.Store
 
 	trigger chan event.GenericEvent
+	batch   *batcher
 	// marked holds the API server's answer to this process's own interruption mark, by Node
 	// name, until the decision consumes it: the decision is triggered right after the mark,
 	// usually before the informer has delivered it, and the answer is newer than the cache.
@@ -81,10 +99,10 @@ type Controller struct {
 	// show that decision yet; for these Nodes the decision re-reads the Node from the API
 	// server before acting (the activator may also have reopened the decision since).
 	decided sync.Map // string → struct{}
-	// reserved are the standby nodes an in-flight decision of this process planned to claim,
-	// by the interrupted Node it plans for. Concurrent decisions of a burst plan around each
-	// other's picks instead of racing for the same node and losing a round trip to the
-	// conflict; the claim's resourceVersion precondition still guards against other writers.
+	// reserved are the standby nodes an in-flight batch of this process planned to claim, by
+	// the interrupted Node it plans for. Batches that overlap in time plan around each other's
+	// picks instead of racing for the same node and losing a round trip to the conflict; the
+	// claim's resourceVersion precondition still guards against other writers.
 	reserveMu sync.Mutex
 	reserved  map[string]string // standby node → interrupted node
 }
@@ -95,33 +113,42 @@ type Controller struct {
 // this process may just have recorded. Standby candidates come from the cache: a stale candidate
 // is rejected by the claim's resourceVersion precondition and the plan is made again.
 func New(c client.Client, reader client.Reader, instances cloud.Instances, clk clock.Clock, recorder events.EventRecorder, store *telemetry.Store) *Controller {
-	return &Controller{client: c, reader: reader, cloud: instances, clock: clk, recorder: recorder, telemetry: store, trigger: make(chan event.GenericEvent, 1024), reserved: map[string]string{}}
+	ctrl := &Controller{client: c, reader: reader, cloud: instances, clock: clk, recorder: recorder, telemetry: store, trigger: make(chan event.GenericEvent, 1024), reserved: map[string]string{}}
+	ctrl.batch = newBatcher(DefaultBatchIdle, DefaultBatchMax, DefaultBatchExpect, DefaultBatchMaxNodes, ctrl.decideBatch)
+	return ctrl
 }
 
-// reserve plans under the reservation lock: candidates reserved by other decisions are left
-// out, and the plan's picks are reserved for interrupted.
-func (c *Controller) reserve(interrupted string, items []sizing.Item, claimed, candidates []sizing.Bin) sizing.ResumePlan {
+// reservePlans plans a batch under the reservation lock: candidates reserved by Nodes of other
+// batches are left out, and the plans' picks are reserved for their Nodes.
+func (c *Controller) reservePlans(demands []demand, candidates []poolNode) map[string]sizing.ResumePlan {
 	c.reserveMu.Lock()
 	defer c.reserveMu.Unlock()
+	inBatch := make(map[string]bool, len(demands))
+	for _, d := range demands {
+		inBatch[d.Node] = true
+	}
 	free := candidates[:0:0]
-	for _, b := range candidates {
-		if owner, ok := c.reserved[b.Name]; !ok || owner == interrupted {
-			free = append(free, b)
+	for _, n := range candidates {
+		if owner, ok := c.reserved[n.Name]; !ok || inBatch[owner] {
+			free = append(free, n)
 		}
 	}
-	plan := sizing.PlanResume(items, claimed, free)
-	for _, name := range plan.Resume {
-		c.reserved[name] = interrupted
+	plans := planBatch(demands, free)
+	for node, plan := range plans {
+		for _, name := range plan.Resume {
+			c.reserved[name] = node
+		}
 	}
-	return plan
+	return plans
 }
 
-// release drops interrupted's reservations (its decision is over; its claims are in the API).
-func (c *Controller) release(interrupted string) {
+// release drops the reservations of the batch's Nodes (their decisions are over; their claims
+// are in the API).
+func (c *Controller) release(nodes map[string]*decisionRequest) {
 	c.reserveMu.Lock()
 	defer c.reserveMu.Unlock()
 	for name, owner := range c.reserved {
-		if owner == interrupted {
+		if _, ok := nodes[owner]; ok {
 			delete(c.reserved, name)
 		}
 	}
@@ -139,7 +166,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Named("interruption").
 		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(interrupted))).
 		WatchesRawSource(source.Channel(c.trigger, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 16}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentDecisions}).
 		Complete(c)
 	if err != nil {
 		return err
@@ -153,34 +180,103 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Complete(reconcile.Func(c.reconcileKarpenterEvent))
 }
 
-// HandleMessage is the SQS consumer's handler: it marks the Nodes of the message's instances
-// interrupted. Its success (the mark is written) lets the consumer delete the message.
+// HandleMessage handles one notice: HandleBatch of one message.
 func (c *Controller) HandleMessage(ctx context.Context, msg cloudinterruption.Message) error {
-	signal := Classify(msg)
-	if signal == Ignore {
-		return nil
-	}
-	if signal == Rebalance && len(c.preResumePools(ctx)) == 0 {
-		return nil
-	}
-	source := "sqs/" + string(msg.Kind)
-	// The notice's receipt is what the resume latency is measured from (EventBridge's event
+	return c.HandleBatch(ctx, []cloudinterruption.Message{msg})[0]
+}
+
+// HandleBatch is the SQS consumer's handler for a receive batch: it marks the Nodes of the
+// messages' instances interrupted, in parallel, and announces them to the decision batcher so
+// that their decisions are made as one batch as soon as the last mark is written. A message's
+// error is nil once the marks of all its Nodes are written: the consumer then deletes it
+// (the mark is the durable record the decision follows from).
+func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.Message) []error {
+	errs := make([]error, len(msgs))
+	// The notices' receipt is what the resume latency is measured from (EventBridge's event
 	// time is in lifeboat_cloud_interruption_message_age_seconds).
 	received := c.clock.Now()
-	var errs []error
-	for _, id := range msg.InstanceIDs {
-		list := &corev1.NodeList{}
-		if err := c.client.List(ctx, list, client.MatchingFields{IndexNodeInstanceID: id}); err != nil {
-			errs = append(errs, err)
+	type target struct {
+		node   *corev1.Node
+		source string
+		msgs   []int
+	}
+	var (
+		targets   = map[string]*target{}
+		order     []string
+		preResume map[string]bool
+		loaded    bool
+	)
+	for i, msg := range msgs {
+		signal := Classify(msg)
+		if signal == Ignore {
 			continue
 		}
-		for i := range list.Items {
-			if err := c.Mark(ctx, &list.Items[i], source, received); err != nil {
-				errs = append(errs, err)
+		if signal == Rebalance {
+			if !loaded {
+				preResume, loaded = c.preResumePools(ctx), true
+			}
+			if len(preResume) == 0 {
+				continue
+			}
+		}
+		source := "sqs/" + string(msg.Kind)
+		for _, id := range msg.InstanceIDs {
+			list := &corev1.NodeList{}
+			if err := c.client.List(ctx, list, client.MatchingFields{IndexNodeInstanceID: id}); err != nil {
+				errs[i] = errors.Join(errs[i], err)
+				continue
+			}
+			for k := range list.Items {
+				n := &list.Items[k]
+				if nodeutil.Pool(n) != "" {
+					continue // Lifeboat's own hibernations and resumes
+				}
+				t, ok := targets[n.Name]
+				if !ok {
+					t = &target{node: n, source: source}
+					targets[n.Name] = t
+					order = append(order, n.Name)
+				} else if t.source == SourceRebalance && signal == Interrupt {
+					// The same batch says the instance is going away: that is the signal.
+					t.source = source
+				}
+				t.msgs = append(t.msgs, i)
 			}
 		}
 	}
-	return errors.Join(errs...)
+	var expected []string
+	for _, name := range order {
+		if t := targets[name]; t.node.Annotations[v1alpha1.AnnotationInterruptedAt] == "" {
+			expected = append(expected, name)
+		}
+	}
+	c.batch.expect(expected)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, name := range order {
+		t := targets[name]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			newly, err := c.mark(ctx, t.node, t.source, received)
+			if !newly {
+				c.batch.forget(name)
+			}
+			if err != nil {
+				mu.Lock()
+				for _, i := range t.msgs {
+					errs[i] = errors.Join(errs[i], err)
+				}
+				mu.Unlock()
+				return
+			}
+			c.requestDecision(name)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 func (c *Controller) reconcileKarpenterEvent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -215,56 +311,70 @@ func (c *Controller) Mark(ctx context.Context, node *corev1.Node, source string,
 	if nodeutil.Pool(node) != "" {
 		return nil
 	}
-	if node.Annotations[v1alpha1.AnnotationInterruptedAt] == "" {
-		newly := false
-		// First attempt on the given (usually cached) copy with a resourceVersion precondition:
-		// no extra read on the notice's path. A conflict means the copy was stale: read the
-		// Node from the API server and try again.
-		n := node.DeepCopy()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if n == nil {
-				n = &corev1.Node{}
-				if err := c.reader.Get(ctx, types.NamespacedName{Name: node.Name}, n); err != nil {
-					return err
-				}
-			}
-			defer func() { n = nil }()
-			if n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
-				return nil
-			}
-			before := n.DeepCopy()
-			if n.Annotations == nil {
-				n.Annotations = map[string]string{}
-			}
-			n.Annotations[v1alpha1.AnnotationInterruptedAt] = nodeutil.FormatTime(at)
-			n.Annotations[v1alpha1.AnnotationInterruptionSource] = source
-			if !nodeutil.HasTaint(n, v1alpha1.TaintInterrupted) {
-				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule})
-			}
-			if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-				return err
-			}
-			c.marked.Store(n.Name, n.DeepCopy())
-			newly = true
-			return nil
-		})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("mark node %s interrupted: %w", node.Name, err)
-		}
-		if newly {
-			metrics.Interruptions.WithLabelValues(node.Labels[v1alpha1.LabelInstanceType], node.Labels[v1alpha1.LabelZone]).Inc()
-			c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s); resuming standby capacity for its protected Pods", source)
-		}
+	if _, err := c.mark(ctx, node, source, at); err != nil {
+		return err
 	}
+	c.requestDecision(node.Name)
+	return nil
+}
+
+// requestDecision triggers the decision reconciler for the Node.
+func (c *Controller) requestDecision(name string) {
 	select {
-	case c.trigger <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}}:
+	case c.trigger <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
 	default:
 		// The Node watch delivers the marked Node anyway.
 	}
-	return nil
+}
+
+// mark writes the interruption mark unless the Node carries one; newly reports that this call
+// wrote it. A Node that is gone is not an error.
+func (c *Controller) mark(ctx context.Context, node *corev1.Node, source string, at time.Time) (newly bool, err error) {
+	if nodeutil.Pool(node) != "" || node.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
+		return false, nil
+	}
+	// First attempt on the given (usually cached) copy with a resourceVersion precondition:
+	// no extra read on the notice's path. A conflict means the copy was stale: read the
+	// Node from the API server and try again.
+	n := node.DeepCopy()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if n == nil {
+			n = &corev1.Node{}
+			if err := c.reader.Get(ctx, types.NamespacedName{Name: node.Name}, n); err != nil {
+				return err
+			}
+		}
+		defer func() { n = nil }()
+		if n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
+			return nil
+		}
+		before := n.DeepCopy()
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[v1alpha1.AnnotationInterruptedAt] = nodeutil.FormatTime(at)
+		n.Annotations[v1alpha1.AnnotationInterruptionSource] = source
+		if !nodeutil.HasTaint(n, v1alpha1.TaintInterrupted) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule})
+		}
+		if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+		c.marked.Store(n.Name, n.DeepCopy())
+		newly = true
+		return nil
+	})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mark node %s interrupted: %w", node.Name, err)
+	}
+	if newly {
+		metrics.Interruptions.WithLabelValues(node.Labels[v1alpha1.LabelInstanceType], node.Labels[v1alpha1.LabelZone]).Inc()
+		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s); resuming standby capacity for its protected Pods", source)
+	}
+	return newly, nil
 }
 
 func (c *Controller) preResumePools(ctx context.Context) map[string]bool {
@@ -281,114 +391,58 @@ func (c *Controller) preResumePools(ctx context.Context) map[string]bool {
 	return out
 }
 
-// Reconcile makes the one resume decision of an interrupted Node.
+// Reconcile makes the one resume decision of an interrupted Node. It prepares the Node's part
+// (its protected and DaemonSet Pods, from the cache) and waits for the batch it joins.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	log := klog.FromContext(ctx).WithValues("node", req.Name)
-	ctx = klog.NewContext(ctx, log)
-	node, err := c.interruptedNode(ctx, req.NamespacedName)
-	if err != nil || node == nil {
+	base := ctx
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", req.Name))
+	r, err := c.prepare(ctx, req.NamespacedName)
+	if err != nil || r == nil {
+		c.batch.forget(req.Name)
 		return reconcile.Result{}, err
 	}
-	noticeAt, _ := nodeutil.Time(node.Annotations, v1alpha1.AnnotationInterruptedAt)
+	// The batch runs on the context of its first request, without that Node in its logger.
+	r.ctx = base
+	c.batch.add(r)
+	select {
+	case res := <-r.done:
+		return reconcile.Result{Requeue: res.requeue}, res.err
+	case <-ctx.Done():
+		return reconcile.Result{}, ctx.Err()
+	}
+}
 
-	// What needs a place: the protected Pods still bound to the Node.
+// prepare returns the Node's decision request, or nil if the Node waits for no decision.
+func (c *Controller) prepare(ctx context.Context, key types.NamespacedName) (*decisionRequest, error) {
+	node, err := c.interruptedNode(ctx, key)
+	if err != nil || node == nil {
+		return nil, err
+	}
+	r := &decisionRequest{ctx: ctx, node: node, done: make(chan decisionResult, 1)}
+	r.noticeAt, _ = nodeutil.Time(node.Annotations, v1alpha1.AnnotationInterruptedAt)
+	// What needs a place: the protected Pods still bound to the Node; and what comes along:
+	// its DaemonSet Pods (their DaemonSets run on the lifeboat node too).
 	pods := &corev1.PodList{}
 	if err := c.client.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node.Name}); err != nil {
-		return reconcile.Result{}, err
+		return nil, err
 	}
-	var items []sizing.Item
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Labels[v1alpha1.LabelProtected] != "true" || nodeutil.IsTerminal(p) || nodeutil.IsDaemonSetPod(p) {
+		if nodeutil.IsTerminal(p) {
 			continue
 		}
-		items = append(items, sizing.Item{Name: p.Namespace + "/" + p.Name, Resources: sizing.PodResources(nodeutil.PodRequests(p))})
+		if ds, ok := daemonSetPodOf(p); ok {
+			r.daemonSets = append(r.daemonSets, ds)
+			continue
+		}
+		if p.Labels[v1alpha1.LabelProtected] == "true" {
+			r.items = append(r.items, sizing.Item{Name: p.Namespace + "/" + p.Name, Resources: sizing.PodResources(nodeutil.PodRequests(p))})
+		}
 	}
-
-	var allowed map[string]bool
 	if node.Annotations[v1alpha1.AnnotationInterruptionSource] == SourceRebalance {
-		allowed = c.preResumePools(ctx)
+		r.pools = c.preResumePools(ctx)
 	}
-	defer c.release(node.Name)
-	// The first plan uses the cached standby nodes; a claim that conflicts (a stale candidate,
-	// or another decision took it) plans again from the API server.
-	var (
-		plan    sizing.ResumePlan
-		toStart []*corev1.Node
-	)
-	for attempt := 0; ; attempt++ {
-		var conflict bool
-		plan, toStart, conflict, err = c.claim(ctx, node, items, allowed, attempt > 0)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if !conflict {
-			break
-		}
-		if attempt == 2 {
-			return reconcile.Result{Requeue: true}, nil
-		}
-	}
-
-	failed, err := c.start(ctx, node, toStart, noticeAt)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if failed {
-		return reconcile.Result{Requeue: true}, nil
-	}
-
-	decision := "none"
-	var names []string
-	for _, n := range toStart {
-		names = append(names, n.Name)
-	}
-	sort.Strings(names)
-	if len(names) > 0 {
-		decision = strings.Join(names, ",")
-	}
-	// The decision goes on the copy the plan was made from (precondition: nothing changed it
-	// since); on a conflict, on a fresh read.
-	fresh := node.DeepCopy()
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if fresh == nil {
-			fresh = &corev1.Node{}
-			if err := c.reader.Get(ctx, req.NamespacedName, fresh); err != nil {
-				return err
-			}
-		}
-		defer func() { fresh = nil }()
-		before := fresh.DeepCopy()
-		nodeutil.EnsureMaps(fresh)
-		fresh.Annotations[v1alpha1.AnnotationResumeDecision] = decision
-		return c.client.Patch(ctx, fresh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	})
-	if apierrors.IsNotFound(err) {
-		return reconcile.Result{}, nil
-	}
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("record decision: %w", err)
-	}
-	c.decided.Store(node.Name, struct{}{})
-	// Telemetry after the decision, off the path from notice to StartInstances; it is
-	// idempotent per Node, so a repeated pass records nothing twice.
-	if c.telemetry != nil {
-		if _, err := c.telemetry.Record(ctx, node.Name, pooltelemetry.PoolKeyFromLabels(node.Labels), noticeAt); err != nil {
-			log.Error(err, "Recording interruption telemetry")
-		}
-	}
-	switch {
-	case len(plan.Unplaced) > 0:
-		metrics.ResumeDecisions.WithLabelValues("insufficient_standby").Inc()
-		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventNoStandby, "Resume", "Resumed %s; %d protected Pods fit no standby node (%s): raise the WarmPool size", decision, len(plan.Unplaced), strings.Join(plan.Unplaced, ", "))
-	case len(names) == 0:
-		metrics.ResumeDecisions.WithLabelValues("none_needed").Inc()
-	default:
-		metrics.ResumeDecisions.WithLabelValues("resumed").Inc()
-		c.recorder.Eventf(node, nil, corev1.EventTypeNormal, v1alpha1.EventResumed, "Resume", "Resumed %s for %d protected Pods", decision, len(items))
-	}
-	log.V(1).Info("Resume decision", "resumed", decision, "pods", len(items), "unplaced", len(plan.Unplaced))
-	return reconcile.Result{}, nil
+	return r, nil
 }
 
 // interruptedNode returns the Node if it waits for a decision, else nil. It reads the cache
@@ -434,96 +488,274 @@ func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedNa
 	return node, nil
 }
 
-// claim plans the resume of node's protected Pods (items) and claims the planned standby nodes
-// (label state=active, resumed-for=node) with a resourceVersion precondition each. Nodes
-// already claimed for node are always read from the API server: a decision that a conflict or a
-// restart interrupted must not claim more. Candidates come from the cache unless live is set.
-// conflict reports a claim that lost to a concurrent change; the nodes claimed before it stay
-// claimed and the next plan counts them.
-func (c *Controller) claim(ctx context.Context, node *corev1.Node, items []sizing.Item, allowed map[string]bool, live bool) (plan sizing.ResumePlan, toStart []*corev1.Node, conflict bool, err error) {
-	claimedList := &corev1.NodeList{}
-	if err := c.reader.List(ctx, claimedList, client.MatchingLabels{v1alpha1.LabelResumedFor: node.Name}); err != nil {
-		return plan, nil, false, err
-	}
-	var standbyReader client.Reader = c.client
-	if live {
-		standbyReader = c.reader
-	}
-	standby := &corev1.NodeList{}
-	if err := standbyReader.List(ctx, standby, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}); err != nil {
-		return plan, nil, false, err
-	}
-	byName := map[string]*corev1.Node{}
-	var claimed, candidates []sizing.Bin
-	for i := range claimedList.Items {
-		n := &claimedList.Items[i]
-		byName[n.Name] = n
-		claimed = append(claimed, sizing.Bin{Name: n.Name, Free: sizing.FromList(n.Status.Allocatable)})
-	}
-	for i := range standby.Items {
-		n := &standby.Items[i]
-		if _, mine := byName[n.Name]; mine || nodeutil.Pool(n) == "" || nodeutil.InstanceID(n) == "" || n.Labels[v1alpha1.LabelResumedFor] != "" || allowed != nil && !allowed[nodeutil.Pool(n)] {
-			continue
-		}
-		byName[n.Name] = n
-		candidates = append(candidates, sizing.Bin{Name: n.Name, Free: sizing.FromList(n.Status.Allocatable)})
-	}
-	sort.Slice(candidates, func(i, j int) bool {
-		return candidateOrder(node.Name, candidates[i].Name) < candidateOrder(node.Name, candidates[j].Name)
-	})
-	plan = c.reserve(node.Name, items, claimed, candidates)
-
-	// Claim first (the durable record, with a resourceVersion precondition so a Node is never
-	// claimed twice), then start.
-	now := c.clock.Now()
-	toStart = make([]*corev1.Node, 0, len(plan.Resume)+len(claimed))
-	for i := range claimedList.Items {
-		toStart = append(toStart, &claimedList.Items[i])
-	}
-	for _, name := range plan.Resume {
-		n := byName[name].DeepCopy()
-		before := n.DeepCopy()
-		nodeutil.EnsureMaps(n)
-		n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
-		n.Labels[v1alpha1.LabelResumedFor] = node.Name
-		n.Annotations[v1alpha1.AnnotationActivatedAt] = nodeutil.FormatTime(now)
-		n.Annotations[v1alpha1.AnnotationInterruptedAt] = node.Annotations[v1alpha1.AnnotationInterruptedAt]
-		if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				// Someone changed the candidate (another decision claimed it, or the cached
-				// copy was stale): plan again.
-				return plan, nil, true, nil
-			}
-			return plan, nil, false, fmt.Errorf("claim %s: %w", name, err)
-		}
-		toStart = append(toStart, n)
-	}
-	return plan, toStart, false, nil
+// decision is one interrupted Node's progress through a batch.
+type decision struct {
+	*decisionRequest
+	plan sizing.ResumePlan
+	// toStart are the pool nodes claimed for the Node (earlier claims included).
+	toStart []*corev1.Node
+	result  decisionResult
+	// finished: the result is set; the Node takes no further part in the batch.
+	finished bool
 }
 
-// start issues StartInstances for the claimed nodes in parallel. A node whose instance has no
-// capacity (ICE) is terminated and unclaimed; failed reports that a new plan is needed.
-func (c *Controller) start(ctx context.Context, interrupted *corev1.Node, nodes []*corev1.Node, noticeAt time.Time) (failed bool, err error) {
+func (d *decision) finish(res decisionResult) {
+	d.result, d.finished = res, true
+}
+
+// decideBatch makes the decisions of a batch of interrupted Nodes: plan them together, claim
+// in parallel, start every claimed instance with one StartInstances call, record the decisions.
+// Each request's done channel receives its result.
+func (c *Controller) decideBatch(batch []*decisionRequest) {
+	if len(batch) == 0 {
+		return
+	}
+	ctx := batch[0].ctx
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("batchNodes", len(batch)))
+	byNode := make(map[string]*decisionRequest, len(batch))
+	decisions := make([]*decision, 0, len(batch))
+	for _, r := range batch {
+		if _, dup := byNode[r.node.Name]; dup {
+			// Not expected (the workqueue runs one reconcile per Node at a time): the
+			// duplicate comes back after this batch and finds the decision recorded.
+			r.done <- decisionResult{requeue: true}
+			continue
+		}
+		byNode[r.node.Name] = r
+		decisions = append(decisions, &decision{decisionRequest: r})
+	}
+	// Reservations go before the results: a requeued Node's next pass plans without them.
+	defer func() {
+		for _, d := range decisions {
+			d.done <- d.result
+		}
+	}()
+	defer c.release(byNode)
+
+	c.claimAll(ctx, decisions)
+	c.startAll(ctx, decisions)
+	c.recordAll(ctx, decisions)
+}
+
+// claimAll plans the batch and claims the planned standby nodes (label state=active,
+// resumed-for=<interrupted Node>), each with a resourceVersion precondition. The nodes already
+// claimed for the batch's Nodes are read from the API server, in one list: a decision that a
+// conflict or a restart interrupted must not claim more. Candidates come from the cache; a claim
+// that conflicts (a stale candidate, or another writer took it) plans that Node again from the
+// API server, at most three times, then requeues it. Claims that succeeded stay claimed and the
+// next plan counts them.
+func (c *Controller) claimAll(ctx context.Context, decisions []*decision) {
+	pending := decisions
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt == 3 {
+			for _, d := range pending {
+				d.finish(decisionResult{requeue: true})
+			}
+			return
+		}
+		names := make([]string, 0, len(pending))
+		for _, d := range pending {
+			names = append(names, d.node.Name)
+		}
+		claimedFor, err := requirementIn(v1alpha1.LabelResumedFor, names)
+		if err != nil {
+			finishAll(pending, err)
+			return
+		}
+		claimedList := &corev1.NodeList{}
+		if err := c.reader.List(ctx, claimedList, client.MatchingLabelsSelector{Selector: claimedFor}); err != nil {
+			finishAll(pending, err)
+			return
+		}
+		var standbyReader client.Reader = c.client
+		if attempt > 0 {
+			standbyReader = c.reader
+		}
+		standby := &corev1.NodeList{}
+		if err := standbyReader.List(ctx, standby, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}); err != nil {
+			finishAll(pending, err)
+			return
+		}
+
+		byName := map[string]*corev1.Node{}
+		claimedBy := map[string][]*corev1.Node{}
+		for i := range claimedList.Items {
+			n := &claimedList.Items[i]
+			byName[n.Name] = n
+			owner := n.Labels[v1alpha1.LabelResumedFor]
+			claimedBy[owner] = append(claimedBy[owner], n)
+		}
+		var candidates []poolNode
+		for i := range standby.Items {
+			n := &standby.Items[i]
+			if _, claimed := byName[n.Name]; claimed || nodeutil.Pool(n) == "" || nodeutil.InstanceID(n) == "" || n.Labels[v1alpha1.LabelResumedFor] != "" {
+				continue
+			}
+			byName[n.Name] = n
+			candidates = append(candidates, poolNodeOf(n, c.daemonSetPodsOn(ctx, n.Name)))
+		}
+		demands := make([]demand, 0, len(pending))
+		for _, d := range pending {
+			dm := demand{Node: d.node.Name, Items: d.items, DaemonSets: d.daemonSets, Pools: d.pools}
+			for _, n := range claimedBy[d.node.Name] {
+				dm.Claimed = append(dm.Claimed, poolNodeOf(n, c.daemonSetPodsOn(ctx, n.Name)))
+			}
+			demands = append(demands, dm)
+		}
+		plans := c.reservePlans(demands, candidates)
+
+		// Claim first (the durable record, with a resourceVersion precondition so a Node is
+		// never claimed twice), then start.
+		now := c.clock.Now()
+		type claimResult struct {
+			node     *corev1.Node
+			conflict bool
+			err      error
+		}
+		results := make([][]claimResult, len(pending))
+		var wg sync.WaitGroup
+		for k, d := range pending {
+			d.plan = plans[d.node.Name]
+			results[k] = make([]claimResult, len(d.plan.Resume))
+			for idx, name := range d.plan.Resume {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					n := byName[name].DeepCopy()
+					before := n.DeepCopy()
+					nodeutil.EnsureMaps(n)
+					n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
+					n.Labels[v1alpha1.LabelResumedFor] = d.node.Name
+					n.Annotations[v1alpha1.AnnotationActivatedAt] = nodeutil.FormatTime(now)
+					n.Annotations[v1alpha1.AnnotationInterruptedAt] = d.node.Annotations[v1alpha1.AnnotationInterruptedAt]
+					err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+					switch {
+					case err == nil:
+						results[k][idx] = claimResult{node: n}
+					case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+						// Someone changed the candidate (another writer claimed it, or the
+						// cached copy was stale): plan again.
+						results[k][idx] = claimResult{conflict: true}
+					default:
+						results[k][idx] = claimResult{err: fmt.Errorf("claim %s: %w", name, err)}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+
+		var again []*decision
+		for k, d := range pending {
+			var (
+				conflict bool
+				errs     []error
+			)
+			d.toStart = d.toStart[:0]
+			d.toStart = append(d.toStart, claimedBy[d.node.Name]...)
+			for _, r := range results[k] {
+				switch {
+				case r.err != nil:
+					errs = append(errs, r.err)
+				case r.conflict:
+					conflict = true
+				default:
+					d.toStart = append(d.toStart, r.node)
+				}
+			}
+			switch {
+			case len(errs) > 0:
+				d.finish(decisionResult{err: errors.Join(errs...)})
+			case conflict:
+				again = append(again, d)
+			}
+		}
+		pending = again
+	}
+}
+
+func finishAll(ds []*decision, err error) {
+	for _, d := range ds {
+		d.finish(decisionResult{err: err})
+	}
+}
+
+// requirementIn selects objects whose label key has one of values.
+func requirementIn(key string, values []string) (labels.Selector, error) {
+	req, err := labels.NewRequirement(key, selection.In, values)
+	if err != nil {
+		return nil, err
+	}
+	return labels.NewSelector().Add(*req), nil
+}
+
+// daemonSetPodsOn are the DaemonSet Pods bound to a pool node, from the cache (a pool node
+// holds few Pods). A failed read counts none.
+func (c *Controller) daemonSetPodsOn(ctx context.Context, node string) []corev1.Pod {
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node}); err != nil {
+		return nil
+	}
+	out := pods.Items[:0]
+	for _, p := range pods.Items {
+		if nodeutil.IsDaemonSetPod(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startAll starts the instances of every node the batch claimed with one StartInstances call
+// (cloud.BatchResumer; one call per instance, in parallel, where the implementation lacks it).
+// A node whose instance has no capacity (ICE) is terminated and unclaimed, and its interrupted
+// Node requeued to plan again with the remaining standby nodes; other per-instance errors fail
+// their Node's decision (retried with backoff). Nodes started by an earlier pass are skipped:
+// the activator re-drives them if they do not come up.
+func (c *Controller) startAll(ctx context.Context, decisions []*decision) {
+	owner := map[string]*decision{}
+	nodeOf := map[string]*corev1.Node{}
+	var ids []string
+	for _, d := range decisions {
+		if d.finished {
+			continue
+		}
+		for _, n := range d.toStart {
+			id := nodeutil.InstanceID(n)
+			if n.Annotations[v1alpha1.AnnotationStartRequestedAt] != "" || id == "" {
+				continue
+			}
+			if _, dup := nodeOf[id]; dup {
+				continue
+			}
+			owner[id], nodeOf[id] = d, n
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	sort.Strings(ids)
+	results := c.resumeAll(ctx, ids)
+	startedAt := c.clock.Now()
+
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		errs []error
+		errs = map[*decision][]error{}
+		ice  = map[*decision]bool{}
 	)
-	for _, n := range nodes {
-		if n.Annotations[v1alpha1.AnnotationStartRequestedAt] != "" {
-			continue // started by an earlier pass; the activator re-drives it if it does not come up
-		}
+	for _, id := range ids {
+		n, d := nodeOf[id], owner[id]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ferr, iceErr := ResumeNode(ctx, c.client, c.cloud, c.recorder, n)
+			ferr, iceErr := afterResume(ctx, c.client, c.cloud, c.recorder, n, results[id])
 			if ferr == nil && iceErr == nil {
-				if !noticeAt.IsZero() {
-					metrics.ResumeSeconds.WithLabelValues("start_instances").Observe(c.clock.Since(noticeAt).Seconds())
+				if !d.noticeAt.IsZero() {
+					metrics.ResumeSeconds.WithLabelValues("start_instances").Observe(startedAt.Sub(d.noticeAt).Seconds())
 				}
 				before := n.DeepCopy()
 				nodeutil.EnsureMaps(n)
-				n.Annotations[v1alpha1.AnnotationStartRequestedAt] = nodeutil.FormatTime(c.clock.Now())
+				n.Annotations[v1alpha1.AnnotationStartRequestedAt] = nodeutil.FormatTime(startedAt)
 				if perr := c.client.Patch(ctx, n, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
 					klog.FromContext(ctx).Error(perr, "Recording StartInstances on the node", "node", klog.KObj(n))
 				}
@@ -531,15 +763,120 @@ func (c *Controller) start(ctx context.Context, interrupted *corev1.Node, nodes 
 			mu.Lock()
 			defer mu.Unlock()
 			if iceErr != nil {
-				failed = true
+				ice[d] = true
 			}
 			if ferr != nil {
-				errs = append(errs, ferr)
+				errs[d] = append(errs[d], ferr)
 			}
 		}()
 	}
 	wg.Wait()
-	return failed, errors.Join(errs...)
+	for _, d := range decisions {
+		switch {
+		case d.finished:
+		case len(errs[d]) > 0:
+			d.finish(decisionResult{err: errors.Join(errs[d]...)})
+		case ice[d]:
+			d.finish(decisionResult{requeue: true})
+		}
+	}
+}
+
+// resumeAll starts the instances, in one call where the cloud supports it.
+func (c *Controller) resumeAll(ctx context.Context, ids []string) map[string]error {
+	if b, ok := c.cloud.(cloud.BatchResumer); ok {
+		return b.ResumeAll(ctx, ids)
+	}
+	out := make(map[string]error, len(ids))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.cloud.Resume(ctx, id)
+			mu.Lock()
+			out[id] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// recordAll records the decisions of the batch's Nodes that got this far (their claimed nodes
+// are started), in parallel, each on the copy its plan was made from.
+func (c *Controller) recordAll(ctx context.Context, decisions []*decision) {
+	var wg sync.WaitGroup
+	for _, d := range decisions {
+		if d.finished {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.finish(decisionResult{err: c.record(ctx, d)})
+		}()
+	}
+	wg.Wait()
+}
+
+// record writes the Node's decision: the names of its lifeboat nodes, or "none".
+func (c *Controller) record(ctx context.Context, d *decision) error {
+	log := klog.FromContext(ctx).WithValues("node", d.node.Name)
+	decisionValue := "none"
+	var names []string
+	for _, n := range d.toStart {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	if len(names) > 0 {
+		decisionValue = strings.Join(names, ",")
+	}
+	// The decision goes on the copy the plan was made from (precondition: nothing changed it
+	// since); on a conflict, on a fresh read.
+	fresh := d.node.DeepCopy()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if fresh == nil {
+			fresh = &corev1.Node{}
+			if err := c.reader.Get(ctx, types.NamespacedName{Name: d.node.Name}, fresh); err != nil {
+				return err
+			}
+		}
+		defer func() { fresh = nil }()
+		before := fresh.DeepCopy()
+		nodeutil.EnsureMaps(fresh)
+		fresh.Annotations[v1alpha1.AnnotationResumeDecision] = decisionValue
+		return c.client.Patch(ctx, fresh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record decision: %w", err)
+	}
+	c.decided.Store(d.node.Name, struct{}{})
+	// Telemetry after the decision, off the path from notice to StartInstances; it is
+	// idempotent per Node, so a repeated pass records nothing twice.
+	if c.telemetry != nil {
+		if _, err := c.telemetry.Record(ctx, d.node.Name, pooltelemetry.PoolKeyFromLabels(d.node.Labels), d.noticeAt); err != nil {
+			log.Error(err, "Recording interruption telemetry")
+		}
+	}
+	switch {
+	case len(d.plan.Unplaced) > 0:
+		metrics.ResumeDecisions.WithLabelValues("insufficient_standby").Inc()
+		c.recorder.Eventf(d.node, nil, corev1.EventTypeWarning, v1alpha1.EventNoStandby, "Resume", "Resumed %s; %d protected Pods fit no standby node (%s): raise the WarmPool size", decisionValue, len(d.plan.Unplaced), strings.Join(d.plan.Unplaced, ", "))
+	case len(names) == 0:
+		metrics.ResumeDecisions.WithLabelValues("none_needed").Inc()
+	default:
+		metrics.ResumeDecisions.WithLabelValues("resumed").Inc()
+		c.recorder.Eventf(d.node, nil, corev1.EventTypeNormal, v1alpha1.EventResumed, "Resume", "Resumed %s for %d protected Pods", decisionValue, len(d.items))
+	}
+	log.V(1).Info("Resume decision", "resumed", decisionValue, "pods", len(d.items), "daemonSetPods", len(d.daemonSets), "unplaced", len(d.plan.Unplaced))
+	return nil
 }
 
 // ResumeNode starts a claimed node's instance. On insufficient capacity (the instance type of a
@@ -547,15 +884,18 @@ func (c *Controller) start(ctx context.Context, interrupted *corev1.Node, nodes 
 // returns iceErr so the caller plans again with the remaining standby nodes; the pool launches a
 // replacement.
 func ResumeNode(ctx context.Context, c client.Client, instances cloud.Instances, recorder events.EventRecorder, n *corev1.Node) (err, iceErr error) {
+	return afterResume(ctx, c, instances, recorder, n, instances.Resume(ctx, nodeutil.InstanceID(n)))
+}
+
+// afterResume handles StartInstances' answer for a claimed node's instance: see ResumeNode.
+func afterResume(ctx context.Context, c client.Client, instances cloud.Instances, recorder events.EventRecorder, n *corev1.Node, rerr error) (err, iceErr error) {
 	id := nodeutil.InstanceID(n)
-	rerr := instances.Resume(ctx, id)
 	switch {
-	case rerr == nil, errors.Is(rerr, cloud.ErrIncorrectState):
-		// IncorrectInstanceState: still stopping (retry later) or already running.
-		if errors.Is(rerr, cloud.ErrIncorrectState) {
-			return rerr, nil
-		}
+	case rerr == nil:
 		return nil, nil
+	case errors.Is(rerr, cloud.ErrIncorrectState):
+		// IncorrectInstanceState: still stopping (retry later) or already running.
+		return rerr, nil
 	case errors.Is(rerr, cloud.ErrInsufficientCapacity):
 		recorder.Eventf(n, nil, corev1.EventTypeWarning, v1alpha1.EventResumeFailed, "Resume", "No capacity to resume %s (%v): terminating it and resuming another standby node", id, rerr)
 		if terr := instances.Terminate(ctx, id); terr != nil {

@@ -29,6 +29,21 @@ type fakeInstances struct {
 	resumed map[string]int
 	ice     map[string]bool
 	gone    map[string]bool
+	// batches are the ResumeAll calls (StartInstances with many IDs), in order.
+	batches [][]string
+}
+
+var _ cloud.BatchResumer = (*fakeInstances)(nil)
+
+func (f *fakeInstances) ResumeAll(ctx context.Context, ids []string) map[string]error {
+	f.mu.Lock()
+	f.batches = append(f.batches, append([]string(nil), ids...))
+	f.mu.Unlock()
+	out := map[string]error{}
+	for _, id := range ids {
+		out[id] = f.Resume(ctx, id)
+	}
+	return out
 }
 
 func (f *fakeInstances) Launch(context.Context, cloud.LaunchRequest) (*cloud.Instance, error) {
