@@ -34,6 +34,9 @@ import (
 //     controller writes when the Pod is bound, from the first PodStartDelays rule that matches
 //     the Node's labels (image pull + app start), never before its Node is Ready;
 //   - Job Pods complete AnnotationRunFor after they started (default at once, as KWOK does);
+//   - a deleted Pod turns Failed at once (a kubelet puts a deleted Pod in a terminal phase
+//     before it goes: the Job controller, whose podFailurePolicy implies
+//     podReplacementPolicy Failed, replaces it only then) and is removed;
 //   - a Node lists the images of the Pods bound to it in node.status.images, as a kubelet
 //     reports the images it pulled.
 const (
@@ -371,6 +374,52 @@ spec:
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
+  name: lifeboat-pod-terminate
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: Exists
+    - key: '.status.phase'
+      operator: NotIn
+      values: ['Succeeded', 'Failed']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range .status.conditions }}
+      {{ if or (eq .type "Ready") (eq .type "ContainersReady") }}
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        type: {{ .type | Quote }}
+      {{ else }}
+      - lastTransitionTime: {{ .lastTransitionTime | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+      {{ end }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 137
+            finishedAt: {{ $now | Quote }}
+            reason: Error
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Failed
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
   name: lifeboat-pod-delete
 spec:
   resourceRef: {apiGroup: v1, kind: Pod}
@@ -378,6 +427,9 @@ spec:
     matchExpressions:
     - key: '.metadata.deletionTimestamp'
       operator: Exists
+    - key: '.status.phase'
+      operator: In
+      values: ['Succeeded', 'Failed']
   next:
     delete: true
 `
