@@ -37,7 +37,6 @@ type options struct {
 	bootTimeout, resync     time.Duration
 	onDemandPrice, ebsPrice float64
 	sqsWait, sqsVisibility  time.Duration
-	sqsWorkers              int
 	kubeQPS                 float32
 	kubeBurst               int
 }
@@ -60,7 +59,6 @@ func main() {
 	fs.Float64Var(&o.ebsPrice, "ebs-gib-month-price", 0.08, "EBS price per GiB-month, for lifeboat_pool_cost_dollars.")
 	fs.DurationVar(&o.sqsWait, "sqs-wait-time", 20*time.Second, "SQS long-poll duration.")
 	fs.DurationVar(&o.sqsVisibility, "sqs-visibility-timeout", 30*time.Second, "SQS visibility timeout of a received notice (redelivery after a failed handling).")
-	fs.IntVar(&o.sqsWorkers, "sqs-workers", 10, "Notices of one SQS receive batch handled at once (a correlated reclaim delivers many together).")
 	fs.Float32Var(&o.kubeQPS, "kube-api-qps", 50, "Client-side rate limit of Kubernetes API requests per second (a burst of interruptions writes several objects per Node).")
 	fs.IntVar(&o.kubeBurst, "kube-api-burst", 100, "Burst of the Kubernetes API rate limit.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
@@ -119,7 +117,7 @@ func run(ctx context.Context, o options) error {
 		},
 	}
 	if o.aws.InterruptionQueueURL != "" {
-		deps.Queue = &cloudinterruption.Consumer{SQS: clients.SQS, QueueURL: o.aws.InterruptionQueueURL, WaitTime: o.sqsWait, VisibilityTimeout: o.sqsVisibility, Workers: o.sqsWorkers}
+		deps.Queue = &cloudinterruption.Consumer{SQS: clients.SQS, QueueURL: o.aws.InterruptionQueueURL, WaitTime: o.sqsWait, VisibilityTimeout: o.sqsVisibility}
 	} else {
 		klog.FromContext(ctx).Info("No interruption queue URL: relying on Karpenter's SpotInterrupted events only")
 	}

@@ -26,12 +26,14 @@ const (
 	// AnnotationInstanceID on a pool Node: its EC2 instance.
 	AnnotationInstanceID = Group + "/instance-id"
 
-	// AnnotationInterruptedAt (RFC 3339) on an interrupted Node: when the first notice arrived.
+	// AnnotationInterruptedAt (RFC 3339) on an interrupted Node: when the first notice arrived
+	// (a real interruption after a rebalance recommendation replaces the recommendation's).
 	AnnotationInterruptedAt = Group + "/interrupted-at"
 	// AnnotationInterruptionSource on an interrupted Node: sqs/<kind> or karpenter-event.
 	AnnotationInterruptionSource = Group + "/interruption-source"
 	// AnnotationResumeDecision on an interrupted Node: the pool Nodes resumed for it (comma
-	// separated, "none" when none was needed or available). Present = decided, once.
+	// separated, "none" when none was needed or available). Present = decided, once per mark: a
+	// real interruption that re-marks a Node a rebalance recommendation marked removes it.
 	AnnotationResumeDecision = Group + "/resume-decision"
 
 	// AnnotationHandoffSurge on a Deployment: JSON of the surge in progress

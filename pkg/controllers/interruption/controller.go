@@ -201,10 +201,11 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 		msgs   []int
 	}
 	var (
-		targets   = map[string]*target{}
-		order     []string
-		preResume map[string]bool
-		loaded    bool
+		targets      = map[string]*target{}
+		order        []string
+		preResume    map[string]bool
+		preResumeErr error
+		loaded       bool
 	)
 	for i, msg := range msgs {
 		signal := Classify(msg)
@@ -213,7 +214,13 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 		}
 		if signal == Rebalance {
 			if !loaded {
-				preResume, loaded = c.preResumePools(ctx), true
+				preResume, preResumeErr = c.preResumePools(ctx)
+				loaded = true
+			}
+			if preResumeErr != nil {
+				// Not deleted: the recommendation is handled again once the pools can be read.
+				errs[i] = preResumeErr
+				continue
 			}
 			if len(preResume) == 0 {
 				continue
@@ -246,7 +253,7 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 	}
 	var expected []string
 	for _, name := range order {
-		if t := targets[name]; t.node.Annotations[v1alpha1.AnnotationInterruptedAt] == "" {
+		if t := targets[name]; needsMark(t.node, t.source) {
 			expected = append(expected, name)
 		}
 	}
@@ -327,12 +334,35 @@ func (c *Controller) requestDecision(name string) {
 	}
 }
 
-// mark writes the interruption mark unless the Node carries one; newly reports that this call
-// wrote it. A Node that is gone is not an error.
+// needsMark reports whether a notice from source marks the Node: it carries no mark yet, or
+// only the mark of a rebalance recommendation and source is a real interruption. The latter
+// re-marks it once: the pre-resume served the recommendation (resumed from the PreResume pools
+// alone, maybe handed off already), and the interruption needs its own plan over every pool.
+// Once re-marked, the source is no longer the recommendation's, so the duplicates of the
+// interruption find it marked.
+func needsMark(n *corev1.Node, source string) bool {
+	if n.Annotations[v1alpha1.AnnotationInterruptedAt] == "" {
+		return true
+	}
+	return n.Annotations[v1alpha1.AnnotationInterruptionSource] == SourceRebalance && source != SourceRebalance
+}
+
+// sameMark reports whether a and b carry the same interruption mark.
+func sameMark(a, b *corev1.Node) bool {
+	return a.Annotations[v1alpha1.AnnotationInterruptedAt] == b.Annotations[v1alpha1.AnnotationInterruptedAt] &&
+		a.Annotations[v1alpha1.AnnotationInterruptionSource] == b.Annotations[v1alpha1.AnnotationInterruptionSource]
+}
+
+// mark writes the interruption mark if the notice needs one (needsMark); newly reports that
+// this call wrote it. Re-marking a Node a rebalance recommendation marked also removes its
+// decision, in the same write, so that the decision is made again: the nodes still claimed for
+// the Node count in that plan, so an active pre-resumed node means nothing more is resumed.
+// A Node that is gone is not an error.
 func (c *Controller) mark(ctx context.Context, node *corev1.Node, source string, at time.Time) (newly bool, err error) {
-	if nodeutil.Pool(node) != "" || node.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
+	if nodeutil.Pool(node) != "" || !needsMark(node, source) {
 		return false, nil
 	}
+	var remarked bool
 	// First attempt on the given (usually cached) copy with a resourceVersion precondition:
 	// no extra read on the notice's path. A conflict means the copy was stale: read the
 	// Node from the API server and try again.
@@ -345,15 +375,17 @@ func (c *Controller) mark(ctx context.Context, node *corev1.Node, source string,
 			}
 		}
 		defer func() { n = nil }()
-		if n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
+		if !needsMark(n, source) {
 			return nil
 		}
 		before := n.DeepCopy()
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
+		remarked = n.Annotations[v1alpha1.AnnotationInterruptedAt] != ""
 		n.Annotations[v1alpha1.AnnotationInterruptedAt] = nodeutil.FormatTime(at)
 		n.Annotations[v1alpha1.AnnotationInterruptionSource] = source
+		delete(n.Annotations, v1alpha1.AnnotationResumeDecision)
 		if !nodeutil.HasTaint(n, v1alpha1.TaintInterrupted) {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule})
 		}
@@ -370,17 +402,23 @@ func (c *Controller) mark(ctx context.Context, node *corev1.Node, source string,
 	if err != nil {
 		return false, fmt.Errorf("mark node %s interrupted: %w", node.Name, err)
 	}
-	if newly {
+	switch {
+	case newly && remarked:
+		// Counted once per Node (lifeboat_interruptions_total): at the recommendation.
+		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s) after a rebalance recommendation; planning its resume again over every pool", source)
+	case newly:
 		metrics.Interruptions.WithLabelValues(node.Labels[v1alpha1.LabelInstanceType], node.Labels[v1alpha1.LabelZone]).Inc()
 		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s); resuming standby capacity for its protected Pods", source)
 	}
 	return newly, nil
 }
 
-func (c *Controller) preResumePools(ctx context.Context) map[string]bool {
+// preResumePools are the pools with rebalanceRecommendation PreResume. An error is returned, not
+// an empty or nil set: nil means "every pool" to the plan, and empty ignores the recommendation.
+func (c *Controller) preResumePools(ctx context.Context) (map[string]bool, error) {
 	pools := &v1alpha1.WarmPoolList{}
 	if err := c.client.List(ctx, pools); err != nil {
-		return nil
+		return nil, fmt.Errorf("list WarmPools for their rebalance policy: %w", err)
 	}
 	out := map[string]bool{}
 	for _, p := range pools.Items {
@@ -388,7 +426,7 @@ func (c *Controller) preResumePools(ctx context.Context) map[string]bool {
 			out[p.Name] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Reconcile makes the one resume decision of an interrupted Node. It prepares the Node's part
@@ -440,15 +478,18 @@ func (c *Controller) prepare(ctx context.Context, key types.NamespacedName) (*de
 		}
 	}
 	if node.Annotations[v1alpha1.AnnotationInterruptionSource] == SourceRebalance {
-		r.pools = c.preResumePools(ctx)
+		if r.pools, err = c.preResumePools(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
 
 // interruptedNode returns the Node if it waits for a decision, else nil. It reads the cache
 // unless the cache may be behind this process's own writes: the answer to its mark is used when
-// the cache does not show the mark yet, and a Node it recorded a decision on is read from the
-// API server (the cache may not show the decision yet, or the activator reopened it).
+// the cache does not show that mark yet (no mark, or the rebalance recommendation's mark it
+// replaced), and a Node it recorded a decision on is read from the API server (the cache may not
+// show the decision yet, or the activator reopened it, or a later interruption re-marked it).
 func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedName) (*corev1.Node, error) {
 	node := &corev1.Node{}
 	err := c.client.Get(ctx, key, node)
@@ -462,6 +503,7 @@ func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedNa
 		c.decided.Delete(key.Name)
 		decidedHere = false
 	}
+	m, markedHere := c.marked.Load(key.Name)
 	switch {
 	case decidedHere:
 		node = &corev1.Node{}
@@ -471,15 +513,14 @@ func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedNa
 			}
 			return nil, client.IgnoreNotFound(err)
 		}
+	case markedHere && (err != nil || !sameMark(node, m.(*corev1.Node))):
+		node = m.(*corev1.Node).DeepCopy()
 	case err == nil && interrupted(node):
 	default:
-		m, ok := c.marked.Load(key.Name)
-		if !ok {
-			// Not interrupted as far as this process knows; a stale cache gets the Node
-			// watch's event later.
-			return nil, nil
-		}
-		node = m.(*corev1.Node).DeepCopy()
+		// Not interrupted as far as this process knows (a stale cache gets the Node watch's
+		// event later), or decided on the mark this process wrote.
+		c.marked.Delete(key.Name)
+		return nil, nil
 	}
 	c.marked.Delete(key.Name)
 	if !interrupted(node) || nodeutil.Pool(node) != "" {
@@ -582,6 +623,11 @@ func (c *Controller) claimAll(ctx context.Context, decisions []*decision) {
 		for i := range claimedList.Items {
 			n := &claimedList.Items[i]
 			byName[n.Name] = n
+			if nodeutil.State(n) != v1alpha1.NodeStateActive {
+				// Handed off (draining) since an earlier decision for the Node — a rebalance
+				// recommendation's pre-resume — and cordoned: it holds nothing more.
+				continue
+			}
 			owner := n.Labels[v1alpha1.LabelResumedFor]
 			claimedBy[owner] = append(claimedBy[owner], n)
 		}
@@ -817,14 +863,20 @@ func (c *Controller) recordAll(ctx context.Context, decisions []*decision) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.finish(decisionResult{err: c.record(ctx, d)})
+			d.finish(c.record(ctx, d))
 		}()
 	}
 	wg.Wait()
 }
 
-// record writes the Node's decision: the names of its lifeboat nodes, or "none".
-func (c *Controller) record(ctx context.Context, d *decision) error {
+// errMarkChanged: the Node was re-marked (an interruption after a rebalance recommendation)
+// while its decision was being made for the earlier mark.
+var errMarkChanged = errors.New("interruption mark changed during the decision")
+
+// record writes the Node's decision: the names of its lifeboat nodes, or "none". If the Node
+// was re-marked since the plan, nothing is written and the Node is requeued: the decision is
+// made again for the new mark, counting what this one claimed.
+func (c *Controller) record(ctx context.Context, d *decision) decisionResult {
 	log := klog.FromContext(ctx).WithValues("node", d.node.Name)
 	decisionValue := "none"
 	var names []string
@@ -844,6 +896,9 @@ func (c *Controller) record(ctx context.Context, d *decision) error {
 			if err := c.reader.Get(ctx, types.NamespacedName{Name: d.node.Name}, fresh); err != nil {
 				return err
 			}
+			if !sameMark(fresh, d.node) {
+				return errMarkChanged
+			}
 		}
 		defer func() { fresh = nil }()
 		before := fresh.DeepCopy()
@@ -851,11 +906,14 @@ func (c *Controller) record(ctx context.Context, d *decision) error {
 		fresh.Annotations[v1alpha1.AnnotationResumeDecision] = decisionValue
 		return c.client.Patch(ctx, fresh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("record decision: %w", err)
+	switch {
+	case apierrors.IsNotFound(err):
+		return decisionResult{}
+	case errors.Is(err, errMarkChanged):
+		log.V(1).Info("Interruption mark changed during the decision; planning again", "planned", decisionValue)
+		return decisionResult{requeue: true}
+	case err != nil:
+		return decisionResult{err: fmt.Errorf("record decision: %w", err)}
 	}
 	c.decided.Store(d.node.Name, struct{}{})
 	// Telemetry after the decision, off the path from notice to StartInstances; it is
@@ -876,7 +934,7 @@ func (c *Controller) record(ctx context.Context, d *decision) error {
 		c.recorder.Eventf(d.node, nil, corev1.EventTypeNormal, v1alpha1.EventResumed, "Resume", "Resumed %s for %d protected Pods", decisionValue, len(d.items))
 	}
 	log.V(1).Info("Resume decision", "resumed", decisionValue, "pods", len(d.items), "daemonSetPods", len(d.daemonSets), "unplaced", len(d.plan.Unplaced))
-	return nil
+	return decisionResult{}
 }
 
 // ResumeNode starts a claimed node's instance. On insufficient capacity (the instance type of a

@@ -100,7 +100,7 @@ func protectedPod(name, node, cpu string) *corev1.Pod {
 
 func setup(t *testing.T, objs ...client.Object) (*Controller, client.Client, *fakeInstances, *clocktesting.FakeClock) {
 	t.Helper()
-	c := fake.NewClientBuilder().WithObjects(objs...).
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
 		Build()

@@ -1,5 +1,7 @@
 // Package interruption turns interruption notices (Lifeboat's SQS queue and Karpenter's
-// SpotInterrupted events) into at most one resume decision per interrupted Node: mark the Node
+// SpotInterrupted events) into at most one resume decision per interrupted Node (a rebalance
+// recommendation's pre-resume is decided again, once, when a real interruption of the Node
+// follows, counting the lifeboats still active for it): mark the Node
 // interrupted, plan which standby nodes hold its protected Pods and the DaemonSet Pods that
 // come along (first-fit decreasing), claim them in the API (the durable record) and
 // StartInstances. The Nodes of a burst are decided in batches — planned together against the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
@@ -33,7 +34,10 @@ func (e *env) queueDrained(context.Context) (bool, string) {
 // recommendation for a Spot node with protected Pods is consumed and does nothing — the node is
 // not marked, no standby node is resumed; after the pool switches to PreResume the same
 // recommendation marks the node and resumes the standby capacity its protected Pods need, once
-// however often it is delivered.
+// however often it is delivered. A Spot interruption of that node while its pre-resumed lifeboat
+// is active re-marks it and plans again: nothing more is resumed. A second node recommended while
+// the only PreResume pool has no standby gets no lifeboat; its interruption then resumes one
+// from the other pool.
 func TestRebalanceRecommendation(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -127,5 +131,96 @@ func TestRebalanceRecommendation(t *testing.T) {
 	}
 	if len(started) != 1 || len(stillHibernated) != 1 || e.emu.Calls("StartInstances", "") == starts {
 		t.Fatalf("PreResume: of the standby instances %v, started %v and still hibernated %v after 3 deliveries of a recommendation; want one each", standbyIDs, started, stillHibernated)
+	}
+
+	// --- The Spot interruption of spot-1 comes while the pre-resumed lifeboat is active: the
+	// node is re-marked and decided again, counting that lifeboat — nothing more resumes,
+	// however often the interruption is delivered.
+	lifeboat := e.lifeboatsFor(ctx, "spot-1")[0].Name
+	e.waitFor("the pool refilled to 2 standby nodes", 90*time.Second, e.standbyConverged(2))
+	starts = e.emu.Calls("StartInstances", "")
+	for i := 0; i < 3; i++ {
+		if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice("i-00000000000000a01", 100+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitFor("spot-1 re-marked by the interruption and decided again", 30*time.Second, e.decidedFrom("spot-1", sourceSpotInterruption))
+	e.waitFor("the interruptions consumed", 30*time.Second, e.queueDrained)
+	if err := e.client.Get(ctx, types.NamespacedName{Name: "spot-1"}, spot); err != nil {
+		t.Fatal(err)
+	}
+	if d := spot.Annotations[v1alpha1.AnnotationResumeDecision]; d != lifeboat {
+		t.Errorf("spot-1 decision after the interruption %q, want the pre-resumed %s", d, lifeboat)
+	}
+	if boats := e.lifeboatsFor(ctx, "spot-1"); len(boats) != 1 || boats[0].Name != lifeboat {
+		t.Errorf("lifeboats for spot-1 after the interruption: %d, want only %s", len(boats), lifeboat)
+	}
+	if n := e.emu.Calls("StartInstances", "") - starts; n != 0 {
+		t.Fatalf("interruption after a pre-resume: %d StartInstances, want 0 (the active lifeboat holds the Pods)", n)
+	}
+	if ok, desc := e.standbyConverged(2)(ctx); !ok {
+		t.Fatalf("interruption after a pre-resume: pool no longer 2 standby: %s", desc)
+	}
+
+	// --- The only PreResume pool has no standby: spot-2's recommendation resumes nothing; its
+	// interruption plans over every pool and resumes one from the pool that ignores
+	// recommendations.
+	pre := e.warmPool(0, "1h")
+	pre.Name, pre.Spec.RebalanceRecommendation = "pre", v1alpha1.RebalancePreResume
+	if err := e.client.Create(ctx, pre); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.Patch(ctx, &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: poolName}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"rebalanceRecommendation":"Ignore"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"pre", poolName} {
+		e.waitFor("the manager to observe pool "+name, 30*time.Second, func(ctx context.Context) (bool, string) {
+			wp := &v1alpha1.WarmPool{}
+			if err := e.client.Get(ctx, types.NamespacedName{Name: name}, wp); err != nil {
+				return false, err.Error()
+			}
+			return wp.Status.ObservedGeneration == wp.Generation, fmt.Sprintf("generation %d observed %d", wp.Generation, wp.Status.ObservedGeneration)
+		})
+	}
+	e.spotWithProtectedPod(ctx, "spot-2", "i-00000000000000a02", "3")
+	starts = e.emu.Calls("StartInstances", "")
+	if _, err := e.emu.SendMessage("lifeboat-interruptions", rebalanceNotice("i-00000000000000a02", 200)); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("spot-2's recommendation decided", 30*time.Second, e.decidedFrom("spot-2", interruption.SourceRebalance))
+	spot2 := &corev1.Node{}
+	if err := e.client.Get(ctx, types.NamespacedName{Name: "spot-2"}, spot2); err != nil {
+		t.Fatal(err)
+	}
+	if d := spot2.Annotations[v1alpha1.AnnotationResumeDecision]; d != "none" || e.emu.Calls("StartInstances", "")-starts != 0 {
+		t.Fatalf("spot-2 recommendation with an empty PreResume pool: decision %q, %d StartInstances; want none", d, e.emu.Calls("StartInstances", "")-starts)
+	}
+	if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice("i-00000000000000a02", 201)); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("one lifeboat active and Ready for spot-2", 60*time.Second, e.activeReadyFor("spot-2", 1))
+	e.waitFor("spot-2 re-marked by the interruption and decided again", 30*time.Second, e.decidedFrom("spot-2", sourceSpotInterruption))
+	boats := e.lifeboatsFor(ctx, "spot-2")
+	if err := e.client.Get(ctx, types.NamespacedName{Name: "spot-2"}, spot2); err != nil {
+		t.Fatal(err)
+	}
+	if d := spot2.Annotations[v1alpha1.AnnotationResumeDecision]; d != boats[0].Name || nodeutil.Pool(&boats[0]) != poolName {
+		t.Errorf("spot-2 decision %q, lifeboat %s of pool %q; want the lifeboat of pool %s", d, boats[0].Name, nodeutil.Pool(&boats[0]), poolName)
+	}
+}
+
+var sourceSpotInterruption = "sqs/" + string(cloudinterruption.KindSpotInterruption)
+
+// decidedFrom: the node's mark comes from source and its decision is recorded.
+func (e *env) decidedFrom(node, source string) func(ctx context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		n := &corev1.Node{}
+		if err := e.client.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+			return false, err.Error()
+		}
+		a := n.Annotations
+		return a[v1alpha1.AnnotationInterruptionSource] == source && a[v1alpha1.AnnotationResumeDecision] != "",
+			fmt.Sprintf("source %q decision %q", a[v1alpha1.AnnotationInterruptionSource], a[v1alpha1.AnnotationResumeDecision])
 	}
 }

@@ -1,0 +1,277 @@
+package interruption
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+)
+
+// poolStore is fakeStore with the WarmPool kind registered (the rebalance policy is a pool's).
+func poolStore(t *testing.T, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	copies := make([]client.Object, 0, len(objs))
+	for _, o := range objs {
+		copies = append(copies, o.DeepCopyObject().(client.Object))
+	}
+	return fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(copies...).
+		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
+		Build()
+}
+
+// testScheme is client-go's scheme and Lifeboat's kinds.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+func warmPoolWith(name string, policy v1alpha1.RebalancePolicy) *v1alpha1.WarmPool {
+	return &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.WarmPoolSpec{RebalanceRecommendation: policy}}
+}
+
+func rebalanceMessage(id string) cloudinterruption.Message {
+	return cloudinterruption.Message{Kind: cloudinterruption.KindRebalanceRecommendation, InstanceIDs: []string{id}, Time: time.Date(2026, 11, 29, 20, 59, 59, 0, time.UTC)}
+}
+
+// rebalanceMarked is spot-1 as a rebalance recommendation left it before its decision.
+func rebalanceMarked() *corev1.Node {
+	n := spotNode("spot-1", "i-spot1")
+	n.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T20:59:00Z", v1alpha1.AnnotationInterruptionSource: SourceRebalance}
+	n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule}}
+	return n
+}
+
+func handle(t *testing.T, ctrl *Controller, msgs ...cloudinterruption.Message) {
+	t.Helper()
+	for i, err := range ctrl.HandleBatch(context.Background(), msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	drainConcurrently(t, ctrl)
+}
+
+func annotationsOf(t *testing.T, c client.Reader, node string) map[string]string {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := c.Get(context.Background(), types.NamespacedName{Name: node}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n.Annotations
+}
+
+func totalResumed(f *fakeInstances) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	total := 0
+	for _, n := range f.resumed {
+		total += n
+	}
+	return total
+}
+
+// TestInterruptionAfterPreResumeResumesNothingMore: a rebalance recommendation pre-resumed a
+// lifeboat; the Spot interruption of the same Node re-marks it and plans again, counting the
+// active lifeboat: nothing more is resumed. Duplicates of the interruption (SQS, Karpenter's
+// event) and a late recommendation do not re-open the decision.
+func TestInterruptionAfterPreResumeResumesNothingMore(t *testing.T) {
+	api := poolStore(t, warmPoolWith("pool", v1alpha1.RebalancePreResume), spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"),
+		standbyNode("sb-1", "i-sb1", "4"), standbyNode("sb-2", "i-sb2", "4"))
+	ctrl, f := newController(api, api)
+	clk := ctrl.clock.(*clocktesting.FakeClock)
+	ctx := context.Background()
+
+	handle(t, ctrl, rebalanceMessage("i-spot1"))
+	lifeboat := decisionOf(t, api, "spot-1")
+	if totalResumed(f) != 1 || (lifeboat != "sb-1" && lifeboat != "sb-2") {
+		t.Fatalf("pre-resume: resumed %v decision %q, want one lifeboat", f.resumed, lifeboat)
+	}
+	if src := annotationsOf(t, api, "spot-1")[v1alpha1.AnnotationInterruptionSource]; src != SourceRebalance {
+		t.Fatalf("source %q after the recommendation", src)
+	}
+
+	clk.Step(30 * time.Second)
+	interruptedAt := nodeutil.FormatTime(clk.Now())
+	handle(t, ctrl, spotMessage("i-spot1"))
+	a := annotationsOf(t, api, "spot-1")
+	if a[v1alpha1.AnnotationInterruptionSource] != "sqs/"+string(cloudinterruption.KindSpotInterruption) || a[v1alpha1.AnnotationInterruptedAt] != interruptedAt {
+		t.Fatalf("after the interruption: annotations %v, want it re-marked at %s", a, interruptedAt)
+	}
+	if totalResumed(f) != 1 || a[v1alpha1.AnnotationResumeDecision] != lifeboat {
+		t.Fatalf("after the interruption: resumed %v decision %q, want still only %s", f.resumed, a[v1alpha1.AnnotationResumeDecision], lifeboat)
+	}
+
+	// Duplicates, and Karpenter's event, later: the re-mark is not repeated.
+	clk.Step(30 * time.Second)
+	handle(t, ctrl, spotMessage("i-spot1"), cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}}, rebalanceMessage("i-spot1"))
+	n := &corev1.Node{}
+	if err := api.Get(ctx, types.NamespacedName{Name: "spot-1"}, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrl.Mark(ctx, n, SourceKarpenterEvent, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	drainConcurrently(t, ctrl)
+	a = annotationsOf(t, api, "spot-1")
+	if a[v1alpha1.AnnotationInterruptedAt] != interruptedAt || a[v1alpha1.AnnotationInterruptionSource] != "sqs/"+string(cloudinterruption.KindSpotInterruption) || a[v1alpha1.AnnotationResumeDecision] != lifeboat {
+		t.Fatalf("after the duplicates: annotations %v, want the interruption's mark and decision unchanged", a)
+	}
+	if totalResumed(f) != 1 || len(f.batches) != 1 {
+		t.Fatalf("after the duplicates: resumed %v in %v, want one StartInstances in all", f.resumed, f.batches)
+	}
+}
+
+// TestInterruptionAfterPreResumeWithoutStandby: the PreResume pool had no standby node, so the
+// recommendation resumed nothing; the interruption plans over every pool and resumes one.
+func TestInterruptionAfterPreResumeWithoutStandby(t *testing.T) {
+	api := poolStore(t, warmPoolWith("pre", v1alpha1.RebalancePreResume), warmPoolWith("pool", v1alpha1.RebalanceIgnore),
+		spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"))
+	ctrl, f := newController(api, api)
+
+	handle(t, ctrl, rebalanceMessage("i-spot1"))
+	if d := decisionOf(t, api, "spot-1"); d != "none" || totalResumed(f) != 0 {
+		t.Fatalf("pre-resume: decision %q resumed %v, want none from the empty PreResume pool", d, f.resumed)
+	}
+	handle(t, ctrl, spotMessage("i-spot1"), spotMessage("i-spot1"))
+	if d := decisionOf(t, api, "spot-1"); d != "sb-1" || f.resumed["i-sb1"] != 1 || totalResumed(f) != 1 {
+		t.Fatalf("interruption: decision %q resumed %v, want sb-1 once", d, f.resumed)
+	}
+}
+
+// TestInterruptionAfterHandedOffPreResume: the pre-resumed lifeboat was handed off (draining)
+// before the interruption came: it holds nothing more, so the interruption resumes another.
+func TestInterruptionAfterHandedOffPreResume(t *testing.T) {
+	api := poolStore(t, warmPoolWith("pool", v1alpha1.RebalancePreResume), spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"),
+		standbyNode("sb-1", "i-sb1", "4"), standbyNode("sb-2", "i-sb2", "4"))
+	ctrl, f := newController(api, api)
+	ctx := context.Background()
+
+	handle(t, ctrl, rebalanceMessage("i-spot1"))
+	first := decisionOf(t, api, "spot-1")
+	lb := &corev1.Node{}
+	if err := api.Get(ctx, types.NamespacedName{Name: first}, lb); err != nil {
+		t.Fatal(err)
+	}
+	// The handoff after activeDuration: cordoned and draining, still naming spot-1.
+	lb.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateDraining)
+	lb.Spec.Unschedulable = true
+	if err := api.Update(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+
+	handle(t, ctrl, spotMessage("i-spot1"))
+	second := decisionOf(t, api, "spot-1")
+	if second == "" || second == first || totalResumed(f) != 2 {
+		t.Fatalf("decision %q (pre-resume %q) resumed %v, want another lifeboat for the interruption", second, first, f.resumed)
+	}
+}
+
+// TestInterruptionDuringPreResumeDecision: the interruption re-marks the Node while the
+// recommendation's decision is being recorded. The recommendation's decision ("none": its
+// PreResume pool is empty) must not be written over the new mark; the Node is planned again
+// and the interruption gets its lifeboat.
+func TestInterruptionDuringPreResumeDecision(t *testing.T) {
+	store := poolStore(t, warmPoolWith("pre", v1alpha1.RebalancePreResume), warmPoolWith("pool", v1alpha1.RebalanceIgnore),
+		spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"))
+	var (
+		ctrl  *Controller
+		raced atomic.Bool
+	)
+	c := interceptor.NewClient(store, interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		a := obj.GetAnnotations()
+		if obj.GetName() == "spot-1" && a[v1alpha1.AnnotationResumeDecision] != "" && a[v1alpha1.AnnotationInterruptionSource] == SourceRebalance && !raced.Swap(true) {
+			if err := ctrl.HandleMessage(ctx, spotMessage("i-spot1")); err != nil {
+				return err
+			}
+		}
+		return cl.Patch(ctx, obj, patch, opts...)
+	}})
+	ctrl, f := newController(c, store)
+
+	handle(t, ctrl, rebalanceMessage("i-spot1"))
+	a := annotationsOf(t, store, "spot-1")
+	if !raced.Load() || a[v1alpha1.AnnotationResumeDecision] != "sb-1" || f.resumed["i-sb1"] != 1 || totalResumed(f) != 1 {
+		t.Fatalf("raced %v annotations %v resumed %v, want the interruption's decision sb-1", raced.Load(), a, f.resumed)
+	}
+}
+
+// TestCacheLagsRemark: the cache still shows the recommendation's mark (without a decision)
+// after this process re-marked the Node for an interruption: the decision follows the
+// API server's answer to the re-mark and plans over every pool.
+func TestCacheLagsRemark(t *testing.T) {
+	objs := []client.Object{warmPoolWith("pre", v1alpha1.RebalancePreResume), warmPoolWith("pool", v1alpha1.RebalanceIgnore),
+		rebalanceMarked(), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4")}
+	api := poolStore(t, objs...)
+	cache := interceptor.NewClient(poolStore(t, objs...), interceptor.Funcs{
+		Patch: func(ctx context.Context, _ client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			return api.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	ctrl, f := newController(cache, api)
+
+	handle(t, ctrl, spotMessage("i-spot1"))
+	if d := decisionOf(t, api, "spot-1"); d != "sb-1" || f.resumed["i-sb1"] != 1 {
+		t.Fatalf("decision %q resumed %v, want sb-1 (every pool) for the interruption", d, f.resumed)
+	}
+}
+
+// TestPreResumePoolsReadError: when the WarmPools cannot be read, a recommendation is not
+// treated as allowed everywhere: the notice fails (SQS delivers it again) and a Node the
+// recommendation marked waits for its decision.
+func TestPreResumePoolsReadError(t *testing.T) {
+	errList := errors.New("warmpools unavailable")
+	failing := interceptor.Funcs{List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		if _, ok := list.(*v1alpha1.WarmPoolList); ok {
+			return errList
+		}
+		return cl.List(ctx, list, opts...)
+	}}
+
+	t.Run("notice", func(t *testing.T) {
+		store := poolStore(t, warmPoolWith("pre", v1alpha1.RebalancePreResume), spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"))
+		ctrl, f := newController(interceptor.NewClient(store, failing), store)
+		if err := ctrl.HandleMessage(context.Background(), rebalanceMessage("i-spot1")); !errors.Is(err, errList) {
+			t.Fatalf("HandleMessage = %v, want the list error", err)
+		}
+		drainConcurrently(t, ctrl)
+		if a := annotationsOf(t, store, "spot-1"); a[v1alpha1.AnnotationInterruptedAt] != "" || totalResumed(f) != 0 {
+			t.Fatalf("annotations %v resumed %v, want nothing done", a, f.resumed)
+		}
+	})
+	t.Run("decision", func(t *testing.T) {
+		store := poolStore(t, warmPoolWith("pre", v1alpha1.RebalancePreResume), warmPoolWith("pool", v1alpha1.RebalanceIgnore),
+			rebalanceMarked(), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"))
+		ctrl, f := newController(interceptor.NewClient(store, failing), store)
+		_, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "spot-1"}})
+		if !errors.Is(err, errList) {
+			t.Fatalf("Reconcile = %v, want the list error", err)
+		}
+		if d := decisionOf(t, store, "spot-1"); d != "" || totalResumed(f) != 0 {
+			t.Fatalf("decision %q resumed %v, want no decision (sb-1 is in a pool without PreResume)", d, f.resumed)
+		}
+	})
+}
