@@ -355,21 +355,7 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            finishedAt: {{ $now | Quote }}
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Succeeded
+` + terminatedContainers(0, "Completed") + `      phase: Succeeded
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -401,21 +387,7 @@ spec:
         type: {{ .type | Quote }}
       {{ end }}
       {{ end }}
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 137
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
+` + terminatedContainers(137, "Error") + `      phase: Failed
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -433,6 +405,26 @@ spec:
   next:
     delete: true
 `
+}
+
+// terminatedContainers is the statusTemplate fragment that ends every container of a Pod with
+// exitCode and reason, as a kubelet reports them when the Pod completes or is killed.
+func terminatedContainers(exitCode int, reason string) string {
+	return fmt.Sprintf(`      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: %d
+            finishedAt: {{ $now | Quote }}
+            reason: %s
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+`, exitCode, reason)
 }
 
 func writeKWOKConfig(path string) error {
