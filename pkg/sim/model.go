@@ -156,8 +156,10 @@ func objects(w scenario.Workload, protect bool) (workload any, pdb *policyv1.Pod
 			tmpl.Annotations = map[string]string{cluster.AnnotationRunFor: w.RunFor.String()}
 		}
 		// A Job on Spot ignores disruptions (evictions, reclaims) in its failure count, so they
-		// neither use up backoffLimit nor delay the replacement Pod with failure back-off: the
-		// Pod restarts from its checkpoint at once.
+		// do not use up backoffLimit. They still delay its replacement Pods: the Job controller
+		// counts every failed Pod in its re-creation back-off (10 s, doubling per failure since
+		// the last success, to 10 min; kubernetes#119434, #130881) — which is why a lifeboat's
+		// handoff leaves Job Pods to finish instead of evicting them a second time.
 		workload = &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{
 			Parallelism: ptr.To(w.Replicas), Completions: ptr.To(w.Replicas), Template: tmpl,
 			BackoffLimit: ptr.To[int32](6),

@@ -132,7 +132,14 @@ func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n 
 	if err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	c.recorder.Eventf(n, pool, corev1.EventTypeNormal, v1alpha1.EventHandoffStarted, "Handoff", "Cordoned after %s active; draining onto other capacity, surging first", now.Sub(activated).Round(time.Second))
+	msg := fmt.Sprintf("Cordoned after %s active; draining onto other capacity, surging first", now.Sub(activated).Round(time.Second))
+	if pods, err := podsOn(ctx, c.client, n.Name); err == nil {
+		if w := Waiting(GroupPods(pods, nil)); w > 0 {
+			deadline := now.Add(durationOr(pool.Spec.HandoffDeadline, 15*time.Minute))
+			msg += fmt.Sprintf("; %d Job Pods run to completion here (moving them would restart them and grow their Job's back-off) until the handoff deadline %s", w, deadline.UTC().Format(time.RFC3339))
+		}
+	}
+	c.recorder.Eventf(n, pool, corev1.EventTypeNormal, v1alpha1.EventHandoffStarted, "Handoff", msg)
 	return reconcile.Result{RequeueAfter: c.Poll}, nil
 }
 
@@ -213,6 +220,8 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 			if err := c.surgeStep(ctx, n, g); err != nil {
 				errs = append(errs, err)
 			}
+		case KindWait:
+			// Left to finish: the node is cordoned, so nothing new lands here.
 		case KindEvict:
 			for _, p := range g.Pods {
 				if !p.DeletionTimestamp.IsZero() {
@@ -450,10 +459,13 @@ func (c *Controller) restoreHPA(ctx context.Context, d *appsv1.Deployment) error
 	return nil
 }
 
-// forceDrain runs at the deadline: surges are ended, remaining Pods deleted (ignoring PDBs).
+// forceDrain runs at the deadline: surges are ended, remaining Pods evicted, or, where a PDB
+// forbids it, marked as disrupted and deleted. The DisruptionTarget condition is what the
+// Eviction API would have set: a Job's podFailurePolicy can then tell a disruption from a
+// failure (a plain DELETE would count against its backoffLimit).
 func (c *Controller) forceDrain(ctx context.Context, pool *v1alpha1.WarmPool, n *corev1.Node, groups []Group) (reconcile.Result, error) {
 	var errs []error
-	count := 0
+	forced, jobs := 0, 0
 	for _, g := range groups {
 		if g.Kind == KindDeployment {
 			d := &appsv1.Deployment{}
@@ -470,19 +482,56 @@ func (c *Controller) forceDrain(ctx context.Context, pool *v1alpha1.WarmPool, n 
 			if !p.DeletionTimestamp.IsZero() {
 				continue
 			}
-			count++
-			if err := client.IgnoreNotFound(c.client.Delete(ctx, p)); err != nil {
+			if g.Kind == KindWait {
+				jobs++
+			} else {
+				forced++
+			}
+			if err := c.removePod(ctx, p); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if count > 0 {
-		msg := fmt.Sprintf("Handoff deadline %s passed on %s: deleted %d remaining Pods regardless of their PodDisruptionBudgets", durationOr(pool.Spec.HandoffDeadline, 15*time.Minute), n.Name, count)
+	deadline := durationOr(pool.Spec.HandoffDeadline, 15*time.Minute)
+	if forced > 0 {
+		msg := fmt.Sprintf("Handoff deadline %s passed on %s: removed %d remaining Pods regardless of their PodDisruptionBudgets", deadline, n.Name, forced)
 		c.setDegraded(ctx, pool, v1alpha1.ReasonHandoffDeadline, msg)
 		c.recorder.Eventf(n, pool, corev1.EventTypeWarning, v1alpha1.EventHandoffDeadline, "Drain", msg)
 	}
+	if jobs > 0 {
+		c.recorder.Eventf(n, pool, corev1.EventTypeNormal, v1alpha1.EventHandoffDeadline, "Drain",
+			"Handoff deadline %s passed on %s: evicted %d Job Pods still running; their Jobs re-create them elsewhere (from their last checkpoint)", deadline, n.Name, jobs)
+	}
 	return reconcile.Result{RequeueAfter: c.Poll}, errors.Join(errs...)
 }
+
+// removePod evicts p; when a PDB refuses, it sets the DisruptionTarget condition and deletes p.
+func (c *Controller) removePod(ctx context.Context, p *corev1.Pod) error {
+	err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+	if err == nil || apierrors.IsNotFound(err) {
+		return nil
+	}
+	if !apierrors.IsTooManyRequests(err) {
+		return fmt.Errorf("evict %s/%s at the handoff deadline: %w", p.Namespace, p.Name, err)
+	}
+	cond := corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: ReasonDeadline,
+		Message:            "lifeboat: the handoff deadline of the lifeboat node passed",
+		LastTransitionTime: metav1.NewTime(c.clock.Now()),
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	if err := c.client.Status().Patch(ctx, p, client.RawPatch(types.StrategicMergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("mark %s/%s disrupted: %w", p.Namespace, p.Name, err)
+	}
+	if err := c.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete %s/%s at the handoff deadline: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
+
+// ReasonDeadline is the reason of the DisruptionTarget condition on Pods deleted at the handoff
+// deadline (the Eviction API's is EvictionByEvictionAPI).
+const ReasonDeadline = "TerminationByLifeboatHandoffDeadline"
 
 // setDegraded sets the pool's Degraded condition; it reports whether it changed.
 func (c *Controller) setDegraded(ctx context.Context, pool *v1alpha1.WarmPool, reason, msg string) bool {

@@ -2,8 +2,8 @@
 // ready count: at activeDuration (or earlier with WhenReplacementReady) the node is cordoned
 // and drained gradually — Deployments surge first (replicas may exceed the pre-interruption
 // count), the surged Pods become Ready on other nodes, then the lifeboat Pods go (deletion cost
-// + scale down); Pods whose controller cannot surge are evicted within their PDB. A hard
-// deadline bounds the drain.
+// + scale down); Pods whose controller cannot surge are evicted within their PDB; Job Pods run to
+// completion on the cordoned node. A hard deadline bounds the drain.
 package handoff
 
 import (
@@ -14,8 +14,8 @@ import (
 
 // Group is the lifeboat Pods of one owner on the draining node.
 type Group struct {
-	// Kind is Deployment (surge) or Evict (everything else: StatefulSets, Jobs, bare Pods,
-	// ReplicaSets without a Deployment).
+	// Kind is Deployment (surge), Wait (Job Pods: left to finish) or Evict (everything else:
+	// StatefulSets, bare Pods, ReplicaSets without a Deployment).
 	Kind      string
 	Namespace string
 	// Name of the Deployment (empty for Evict).
@@ -27,20 +27,38 @@ type Group struct {
 const (
 	KindDeployment = "Deployment"
 	KindEvict      = "Evict"
+	// KindWait: Pods of a run-to-completion controller (Job). Moving one gains nothing — it
+	// restarts from its last checkpoint — and costs the Job more than the lost work: the Job
+	// controller counts every failed Pod in its exponential re-creation back-off (10 s doubling
+	// to 10 min), even Pods its podFailurePolicy ignores (kubernetes#119434, #130881). Pods
+	// already evicted once by the interruption would, evicted again, keep the Job at zero Pods
+	// for minutes. So the cordoned node lets them finish; the handoff deadline bounds the wait.
+	KindWait = "Wait"
 )
 
 // GroupPods orders the drain: Deployments first (they surge, no capacity is lost), sorted by
 // namespace/name; then the Pods to evict, lowest priority first (best-effort tiers leave before
-// critical ones). rsToDeployment maps namespace/ReplicaSet → Deployment name. Pure.
+// critical ones); last the Job Pods that are left to finish, by namespace/name. rsToDeployment
+// maps namespace/ReplicaSet → Deployment name. Pure.
 func GroupPods(pods []*corev1.Pod, rsToDeployment map[string]string) []Group {
 	deployments := map[string]*Group{}
-	var evict []*corev1.Pod
+	var evict, wait []*corev1.Pod
 	for _, p := range pods {
-		d := ""
+		d, job := "", false
 		for _, o := range p.OwnerReferences {
-			if o.Kind == "ReplicaSet" && o.Controller != nil && *o.Controller {
-				d = rsToDeployment[p.Namespace+"/"+o.Name]
+			if o.Controller == nil || !*o.Controller {
+				continue
 			}
+			switch o.Kind {
+			case "ReplicaSet":
+				d = rsToDeployment[p.Namespace+"/"+o.Name]
+			case "Job":
+				job = true
+			}
+		}
+		if job {
+			wait = append(wait, p)
+			continue
 		}
 		if d == "" {
 			evict = append(evict, p)
@@ -75,7 +93,24 @@ func GroupPods(pods []*corev1.Pod, rsToDeployment map[string]string) []Group {
 	if len(evict) > 0 {
 		out = append(out, Group{Kind: KindEvict, Pods: evict})
 	}
+	if len(wait) > 0 {
+		sort.Slice(wait, func(i, j int) bool {
+			return wait[i].Namespace+"/"+wait[i].Name < wait[j].Namespace+"/"+wait[j].Name
+		})
+		out = append(out, Group{Kind: KindWait, Pods: wait})
+	}
 	return out
+}
+
+// Waiting counts the Pods of the groups the drain leaves to finish.
+func Waiting(groups []Group) int {
+	n := 0
+	for _, g := range groups {
+		if g.Kind == KindWait {
+			n += len(g.Pods)
+		}
+	}
+	return n
 }
 
 func priority(p *corev1.Pod) int32 {

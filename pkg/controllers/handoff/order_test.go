@@ -31,14 +31,16 @@ func TestGroupPods(t *testing.T) {
 		pod("a", "db-0", "StatefulSet", "db", 1000),
 		pod("b", "web-1", "ReplicaSet", "web-abc", 10000),
 		pod("a", "api-1", "ReplicaSet", "api-xyz", 10000),
-		pod("a", "batch-1", "Job", "batch", -100),
+		pod("a", "batch-2", "Job", "batch", -100),
 		pod("a", "orphan-rs-1", "ReplicaSet", "no-deployment", 0),
 		pod("a", "bare", "", "", 0),
+		pod("a", "batch-1", "Job", "batch", -100),
+		pod("a", "lowest", "", "", -1000),
 	}
 	rs := map[string]string{"b/web-abc": "web", "a/api-xyz": "api"}
 	got := GroupPods(pods, rs)
-	if len(got) != 3 {
-		t.Fatalf("groups = %d, want 3: %+v", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("groups = %d, want 4: %+v", len(got), got)
 	}
 	if got[0].Kind != KindDeployment || got[0].Name != "api" || !reflect.DeepEqual(names(got[0]), []string{"a/api-1"}) {
 		t.Errorf("first group = %s %s %v", got[0].Kind, got[0].Name, names(got[0]))
@@ -46,9 +48,26 @@ func TestGroupPods(t *testing.T) {
 	if got[1].Name != "web" || !reflect.DeepEqual(names(got[1]), []string{"b/web-1", "b/web-2"}) {
 		t.Errorf("second group = %s %v", got[1].Name, names(got[1]))
 	}
-	wantEvict := []string{"a/batch-1", "a/bare", "a/orphan-rs-1", "a/db-0"}
+	wantEvict := []string{"a/lowest", "a/bare", "a/orphan-rs-1", "a/db-0"}
 	if got[2].Kind != KindEvict || !reflect.DeepEqual(names(got[2]), wantEvict) {
 		t.Errorf("evict group = %v, want %v (lowest priority first)", names(got[2]), wantEvict)
+	}
+	// Job Pods are never evicted by the drain: each eviction would grow the Job's back-off.
+	if got[3].Kind != KindWait || !reflect.DeepEqual(names(got[3]), []string{"a/batch-1", "a/batch-2"}) {
+		t.Errorf("wait group = %s %v, want the Job Pods by name", got[3].Kind, names(got[3]))
+	}
+	if n := Waiting(got); n != 2 {
+		t.Errorf("Waiting = %d, want 2", n)
+	}
+}
+
+func TestGroupPodsNonControllerOwner(t *testing.T) {
+	// Only the controller reference decides: a Pod merely referencing a Job is evicted.
+	p := pod("a", "x", "", "", 0)
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "j"}}
+	got := GroupPods([]*corev1.Pod{p}, nil)
+	if len(got) != 1 || got[0].Kind != KindEvict {
+		t.Errorf("groups = %+v, want one Evict group", got)
 	}
 }
 
