@@ -42,6 +42,13 @@ doc = {
     "goals": {
         "p99_notice_to_start_ms_below_1000": ten.get("p99-ms", 1e9) < 1000 and one.get("p99-ms", 1e9) < 1000,
         "ratio_p99_10_over_1": round(ten.get("p99-ms", 0) / one["p99-ms"], 2) if one.get("p99-ms") else None,
+        "ratio_p50_10_over_1": round(ten.get("p50-ms", 0) / one["p50-ms"], 2) if one.get("p50-ms") else None,
+    },
+    # The floor of any design writing one durable record per resumed node: 10 parallel Node
+    # patches against 1, on this machine, in the same run.
+    "write_floor": {
+        "ratio_p50_10_over_1": round(ten.get("floor-p50-ms", 0) / one["floor-p50-ms"], 2) if one.get("floor-p50-ms") else None,
+        "ratio_p99_10_over_1": round(ten.get("floor-p99-ms", 0) / one["floor-p99-ms"], 2) if one.get("floor-p99-ms") else None,
     },
 }
 print(json.dumps(doc, indent=2))

@@ -51,6 +51,24 @@ func Up(ctx context.Context, s *scenario.Scenario, installer *LifeboatInstaller,
 	if err := createWorkloads(ctx, c, s, true); err != nil {
 		return err
 	}
+	// Notices sent before the workloads run would interrupt Pods still Pending: wait for them
+	// as `sim run` does before t0.
+	var keys []string
+	for _, w := range s.Workloads {
+		keys = append(keys, workloadKey(w))
+	}
+	obsCtx, stopObs := context.WithCancel(ctx)
+	obs, err := newObserver(obsCtx, ClientsOf(c), keys, nodePrice(s))
+	if err != nil {
+		stopObs()
+		return err
+	}
+	fmt.Fprintf(progress, "waiting for every workload to be ready (Karpenter boots nodes in ~%s)\n", s.Timing.KarpenterBoot.Mean)
+	err = waitWarm(ctx, obs, s, s.WarmupTimeout.Duration)
+	stopObs()
+	if err != nil {
+		return err
+	}
 	fmt.Fprintln(progress, "waiting for the warm pool's standby nodes")
 	if err := installer.Ready(ctx, c, s); err != nil {
 		return err

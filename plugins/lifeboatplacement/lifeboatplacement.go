@@ -25,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -49,6 +51,9 @@ const (
 	// ErrReasonRetryAllNodes is the PostFilter reason when a cycle narrowed to active lifeboat
 	// nodes found none feasible; the Pod is retried on all nodes.
 	ErrReasonRetryAllNodes = "no active lifeboat node can take the pod; retrying on all nodes"
+	// ErrReasonSurgeNoPreemption is the PostFilter reason for a Pod of a handoff surge: it
+	// waits for capacity (Karpenter provisions for it) instead of preempting.
+	ErrReasonSurgeNoPreemption = "pod of a lifeboat handoff surge: its twin on the lifeboat node still serves, so it waits for new capacity instead of preempting"
 )
 
 // LifeboatPlacement filters out interrupted and inactive pool nodes and steers protected Pods
@@ -62,6 +67,9 @@ type LifeboatPlacement struct {
 	// poolNodes are the names of all warm-pool nodes (informer-backed).
 	poolNodes       *poolNodeIndex
 	poolNodesSynced cache.InformerSynced
+	// replicaSets and nodes: to recognise Pods of a handoff surge (see surging).
+	replicaSets appslisters.ReplicaSetLister
+	nodes       corelisters.NodeLister
 	// widen marks Pods whose next cycle must not be narrowed (a narrowed cycle failed).
 	widenMu sync.Mutex
 	widen   map[types.UID]time.Time
@@ -109,6 +117,12 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, fmt.Errorf("%s: watch nodes: %w", Name, err)
 	}
 	pl.poolNodesSynced = reg.HasSynced
+	// Registered here so that the scheduler starts the ReplicaSet informer with the others
+	// (system:kube-scheduler may list and watch ReplicaSets).
+	rs := h.SharedInformerFactory().Apps().V1().ReplicaSets()
+	rs.Informer()
+	pl.replicaSets = rs.Lister()
+	pl.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
 	return pl, nil
 }
 

@@ -2,10 +2,12 @@ package lifeboatplacement
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
@@ -232,8 +234,19 @@ func fitsRequests(req *framework.Resource, ni fwk.NodeInfo) bool {
 // DefaultPreemption, which runs after it, does not evict Pods from lifeboat nodes while
 // ordinary nodes were never looked at. Cycles that did not narrow are left to the other
 // PostFilter plugins (Unschedulable).
+//
+// A Pod of a handoff surge never preempts (UnschedulableAndUnresolvable, whether the cycle was
+// narrowed or not): the surge is an over-count while its twin on the lifeboat node still
+// serves, and the Pods it would preempt — best-effort Jobs, typically — would lose their
+// progress and grow their Job's back-off. It waits for capacity; Karpenter provisions for it.
 func (pl *LifeboatPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if _, err := state.Read(narrowedStateKey); err != nil {
+	_, err := state.Read(narrowedStateKey)
+	narrowed := err == nil
+	if !narrowed {
+		if pl.surging(pod) {
+			klog.FromContext(ctx).V(3).Info("handoff surge pod: no preemption", "pod", klog.KObj(pod))
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonSurgeNoPreemption)
+		}
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	logger := klog.FromContext(ctx)
@@ -265,4 +278,45 @@ func (pl *LifeboatPlacement) takeWidenMark(uid types.UID) bool {
 	}
 	delete(pl.widen, uid)
 	return true
+}
+
+// surging reports whether pod belongs to a Deployment whose handoff surge is in progress. The
+// handoff writes the surge (JSON with the lifeboat node's name) into the Deployment's
+// annotation lifeboat.dev/handoff-surge, and the Deployment controller copies Deployment
+// annotations to its new ReplicaSet before it scales it, so the annotation is on the Pod's
+// ReplicaSet by the time the surge Pods exist. The Deployment controller never removes a copied
+// annotation, so a surge counts only while its node is still a draining pool node.
+func (pl *LifeboatPlacement) surging(pod *v1.Pod) bool {
+	if pod.Labels[v1alpha1.LabelProtected] != "true" {
+		return false
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "ReplicaSet" {
+		return false
+	}
+	rs, err := pl.replicaSets.ReplicaSets(pod.Namespace).Get(ref.Name)
+	if err != nil {
+		return false
+	}
+	node := SurgeNode(rs.Annotations[v1alpha1.AnnotationHandoffSurge])
+	if node == "" {
+		return false
+	}
+	n, err := pl.nodes.Get(node)
+	return err == nil && IsPoolNode(n) && n.Labels[v1alpha1.LabelState] == string(v1alpha1.NodeStateDraining)
+}
+
+// SurgeNode returns the lifeboat node of a lifeboat.dev/handoff-surge annotation ("" when the
+// value is empty or not a surge).
+func SurgeNode(annotation string) string {
+	if annotation == "" {
+		return ""
+	}
+	var s struct {
+		Node string `json:"node"`
+	}
+	if json.Unmarshal([]byte(annotation), &s) != nil {
+		return ""
+	}
+	return s.Node
 }

@@ -136,7 +136,7 @@ func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n 
 	if pods, err := podsOn(ctx, c.client, n.Name); err == nil {
 		if w := Waiting(GroupPods(pods, nil)); w > 0 {
 			deadline := now.Add(durationOr(pool.Spec.HandoffDeadline, 15*time.Minute))
-			msg += fmt.Sprintf("; %d Job Pods run to completion here (moving them would restart them and grow their Job's back-off) until the handoff deadline %s", w, deadline.UTC().Format(time.RFC3339))
+			msg += fmt.Sprintf("; %d Job Pod(s) run to completion here (moving them would restart them and grow their Job's back-off) until the handoff deadline %s", w, deadline.UTC().Format(time.RFC3339))
 		}
 	}
 	c.recorder.Eventf(n, pool, corev1.EventTypeNormal, v1alpha1.EventHandoffStarted, "Handoff", msg)

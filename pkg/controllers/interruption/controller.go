@@ -76,6 +76,8 @@ const (
 	// maxConcurrentDecisions bounds the Nodes that can wait in one batch at a time (each
 	// waits in its own reconcile).
 	maxConcurrentDecisions = 128
+	// maxConcurrentEventMarks bounds the Karpenter SpotInterrupted events handled at once.
+	maxConcurrentEventMarks = 32
 )
 
 // Controller decides and carries out resumes for interrupted Nodes. The decisions of a burst
@@ -177,6 +179,11 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 			e, ok := o.(*corev1.Event)
 			return ok && e.Reason == KarpenterReasonSpotInterrupted
 		}))).
+		// A reclaim brings a burst of events (one per NodeClaim and one per Node): marked one at
+		// a time, the last Node of a 20-node burst would wait for 19 marks (seconds on a busy
+		// API server). Marks of one Node from its two events are safe in parallel: the mark's
+		// resourceVersion precondition lets one write it, the other finds it marked.
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentEventMarks}).
 		Complete(reconcile.Func(c.reconcileKarpenterEvent))
 }
 

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -60,12 +62,17 @@ func BenchmarkNoticeToStartInstances(b *testing.B) {
 			b.ReportMetric(float64(r.receives)/float64(rounds), "receives/round")
 			b.ReportMetric(float64(r.batches)/float64(rounds), "batches/round")
 			b.ReportMetric(float64(len(r.lat)), "samples")
+			// The floor any design with one durable write per resumed node cannot go below on
+			// this machine: burst Node patches (merge patch with a resourceVersion precondition,
+			// as the claims are), issued in parallel, until the last returns.
+			b.ReportMetric(ms(r.writeFloor, 0.5), "floor-p50-ms")
+			b.ReportMetric(ms(r.writeFloor, 0.99), "floor-p99-ms")
 		})
 	}
 }
 
 type resumeSamples struct {
-	lat, fromSend, toClaim, claimToStart []time.Duration
+	lat, fromSend, toClaim, claimToStart, writeFloor []time.Duration
 	receives, batches                    int
 }
 
@@ -80,6 +87,7 @@ func benchResume(b *testing.B, burst, rounds int) resumeSamples {
 	}
 	e.startManager()
 	e.waitFor("standby pool", 180*time.Second, e.standbyConverged(burst))
+	out.writeFloor = e.parallelPatchFloor(b, burst, 20)
 	for r := 0; r < rounds; r++ {
 		var names []string
 		for i := 0; i < burst; i++ {
@@ -152,6 +160,44 @@ func benchResume(b *testing.B, burst, rounds int) resumeSamples {
 			}
 		}
 		e.waitFor("pool refilled", 180*time.Second, e.standbyConverged(burst))
+	}
+	return out
+}
+
+// parallelPatchFloor times n parallel Node patches (an annotation, merge patch with a
+// resourceVersion precondition — what a claim is) on the pool's standby Nodes, rounds times.
+func (e *env) parallelPatchFloor(b *testing.B, n, rounds int) []time.Duration {
+	ctx := context.Background()
+	var out []time.Duration
+	for r := 0; r < rounds; r++ {
+		list := &corev1.NodeList{}
+		if err := e.sampler().List(ctx, list, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}); err != nil {
+			b.Fatal(err)
+		}
+		if len(list.Items) < n {
+			b.Fatalf("%d standby Nodes, want %d", len(list.Items), n)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				node := list.Items[i].DeepCopy()
+				before := node.DeepCopy()
+				node.Annotations["bench.lifeboat.dev/touch"] = fmt.Sprint(r)
+				errs[i] = e.sampler().Patch(ctx, node, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+			}()
+		}
+		wg.Wait()
+		out = append(out, time.Since(start))
+		for _, err := range errs {
+			if err != nil && !apierrors.IsConflict(err) {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -167,8 +168,18 @@ func createNodes(t *testing.T, client kubernetes.Interface, specs ...nodeSpec) {
 		}
 		// The TaintNodesByCondition admission plugin adds node.kubernetes.io/not-ready on
 		// create; without kube-controller-manager nobody lifts it. Set the intended taints.
-		created.Spec.Taints = s.taints
-		if _, err := client.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		// (With kube-controller-manager running, its node controllers may write first.)
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			created.Spec.Taints = s.taints
+			_, err := client.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				if latest, gerr := client.CoreV1().Nodes().Get(ctx, s.name, metav1.GetOptions{}); gerr == nil {
+					created = latest
+				}
+			}
+			return err
+		})
+		if err != nil {
 			t.Fatalf("set taints of node %s: %v", s.name, err)
 		}
 		name := s.name
