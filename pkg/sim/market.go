@@ -247,15 +247,15 @@ func (m *market) reclaim(ctx context.Context, node string) {
 
 // ice models a capacity crunch: the default NodePool stops allowing Spot for the period, so
 // Karpenter launches On-Demand; then Spot is allowed again. (Karpenter's KWOK provider reads
-// its offerings once at start, so unavailability is expressed through the NodePool.)
+// its offerings once at start, so unavailability is expressed through the NodePool.) A real
+// ICE only fails new Spot launches; the running Spot nodes stay. Narrowing the NodePool's
+// requirements, though, makes Karpenter see every Spot node as drifted and replace it with
+// On-Demand — so for the period a disruption budget of zero nodes for reason Drifted holds
+// them (budgets back to Karpenter's default, 10 %, afterwards; the requirement allows Spot
+// again, so they are no longer drifted).
 func (m *market) ice(ctx context.Context, ev scenario.Event) error {
-	patch := func(types string) error {
-		body := fmt.Sprintf(`{"spec":{"template":{"spec":{"requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":[%s]},{"key":"kubernetes.io/os","operator":"In","values":["linux"]}]}}}}`, types)
-		_, err := m.c.Dynamic.Resource(cluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
-		return err
-	}
 	m.mark(time.Now(), "ice", "Spot capacity unavailable")
-	if err := patch(`"on-demand"`); err != nil {
+	if err := m.patchNodePool(ctx, iceNodePoolPatch(true)); err != nil {
 		return fmt.Errorf("ice: restrict NodePool to on-demand: %w", err)
 	}
 	m.reclaims.Add(1)
@@ -265,11 +265,26 @@ func (m *market) ice(ctx context.Context, ev scenario.Event) error {
 			return
 		}
 		m.mark(time.Now(), "ice-end", "Spot capacity back")
-		if err := patch(`"spot","on-demand"`); err != nil {
+		if err := m.patchNodePool(ctx, iceNodePoolPatch(false)); err != nil {
 			klog.FromContext(ctx).Error(err, "ice: allow spot again")
 		}
 	}()
 	return nil
+}
+
+func (m *market) patchNodePool(ctx context.Context, body string) error {
+	_, err := m.c.Dynamic.Resource(cluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
+	return err
+}
+
+// iceNodePoolPatch is the merge patch of the default NodePool at the start (crunch) and the end
+// of a capacity crunch.
+func iceNodePoolPatch(crunch bool) string {
+	types, budgets := `"spot","on-demand"`, `[{"nodes":"10%"}]`
+	if crunch {
+		types, budgets = `"on-demand"`, `[{"nodes":"0","reasons":["Drifted"]},{"nodes":"10%"}]`
+	}
+	return fmt.Sprintf(`{"spec":{"disruption":{"budgets":%s},"template":{"spec":{"requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":[%s]},{"key":"kubernetes.io/os","operator":"In","values":["linux"]}]}}}}`, budgets, types)
 }
 
 const typesMerge = types.MergePatchType

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 	"time"
@@ -140,6 +141,43 @@ func TestNodePrice(t *testing.T) {
 		now, od, ok := price(node(tc.labels))
 		if ok != tc.billsCompute || math.Abs(now-tc.now) > 1e-12 || math.Abs(od-tc.od) > 1e-12 {
 			t.Errorf("%s: price = %v, %v, %v; want %v, %v, %v", tc.name, now, od, ok, tc.now, tc.od, tc.billsCompute)
+		}
+	}
+}
+
+// The crunch narrows the NodePool to On-Demand and holds drifted Spot nodes with a zero budget
+// (a real ICE only fails new launches); the end restores both.
+func TestICENodePoolPatch(t *testing.T) {
+	for _, crunch := range []bool{true, false} {
+		var p struct {
+			Spec struct {
+				Disruption struct {
+					Budgets []struct {
+						Nodes   string   `json:"nodes"`
+						Reasons []string `json:"reasons"`
+					} `json:"budgets"`
+				} `json:"disruption"`
+				Template struct {
+					Spec struct {
+						Requirements []struct {
+							Key    string   `json:"key"`
+							Values []string `json:"values"`
+						} `json:"requirements"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal([]byte(iceNodePoolPatch(crunch)), &p); err != nil {
+			t.Fatalf("crunch=%v: %v", crunch, err)
+		}
+		b := p.Spec.Disruption.Budgets
+		heldDrift := len(b) == 2 && b[0].Nodes == "0" && len(b[0].Reasons) == 1 && b[0].Reasons[0] == "Drifted"
+		if heldDrift != crunch || b[len(b)-1].Nodes != "10%" {
+			t.Errorf("crunch=%v: budgets %+v", crunch, b)
+		}
+		ct := p.Spec.Template.Spec.Requirements[0]
+		if ct.Key != "karpenter.sh/capacity-type" || (crunch && len(ct.Values) != 1) || (!crunch && len(ct.Values) != 2) {
+			t.Errorf("crunch=%v: capacity-type requirement %+v", crunch, ct)
 		}
 	}
 }
