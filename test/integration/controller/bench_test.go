@@ -73,7 +73,7 @@ func BenchmarkNoticeToStartInstances(b *testing.B) {
 
 type resumeSamples struct {
 	lat, fromSend, toClaim, claimToStart, writeFloor []time.Duration
-	receives, batches                    int
+	receives, batches                                int
 }
 
 func benchResume(b *testing.B, burst, rounds int) resumeSamples {
