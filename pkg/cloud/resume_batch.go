@@ -60,20 +60,36 @@ func (p *EC2Instances) ResumeAll(ctx context.Context, ids []string) map[string]e
 	default:
 		alone = ids
 	}
+	resumeEach(ctx, p.Resume, alone, out)
+	return out
+}
+
+// ResumeAll starts the instances: with one call where inst is a BatchResumer, else each on its
+// own, in parallel. One entry per ID, as BatchResumer.ResumeAll.
+func ResumeAll(ctx context.Context, inst Instances, ids []string) map[string]error {
+	if b, ok := inst.(BatchResumer); ok {
+		return b.ResumeAll(ctx, ids)
+	}
+	out := make(map[string]error, len(ids))
+	resumeEach(ctx, inst.Resume, ids, out)
+	return out
+}
+
+// resumeEach calls resume for every ID in parallel and records the results in out.
+func resumeEach(ctx context.Context, resume func(context.Context, string) error, ids []string, out map[string]error) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	for _, id := range alone {
+	for _, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rerr := p.Resume(ctx, id)
+			err := resume(ctx, id)
 			mu.Lock()
-			out[id] = rerr
+			out[id] = err
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return out
 }

@@ -197,6 +197,15 @@ func pdbFloor(w scenario.Workload) int32 {
 
 func workloadKey(w scenario.Workload) string { return w.Namespace + "/" + w.Name }
 
+// workloadKeys are the keys of the scenario's workloads, in scenario order.
+func workloadKeys(s *scenario.Scenario) []string {
+	keys := make([]string, 0, len(s.Workloads))
+	for _, w := range s.Workloads {
+		keys = append(keys, workloadKey(w))
+	}
+	return keys
+}
+
 // poolKey names a Node's capacity pool (instance type/zone/capacity type).
 func poolKey(n *corev1.Node) string {
 	return strings.Join([]string{n.Labels[v1alpha1.LabelInstanceType], n.Labels[v1alpha1.LabelZone], n.Labels[v1alpha1.LabelCapacityType]}, "/")

@@ -146,10 +146,9 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 			return nil, err
 		}
 	}
-	var keys []string
+	keys := workloadKeys(s)
 	infos := map[string]report.WorkloadInfo{}
 	for _, w := range s.Workloads {
-		keys = append(keys, workloadKey(w))
 		infos[workloadKey(w)] = report.WorkloadInfo{Replicas: w.Replicas, PDBFloor: pdbFloor(w), Protected: w.Protected}
 	}
 	obsCtx, stopObs := context.WithCancel(ctx)

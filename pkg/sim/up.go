@@ -53,12 +53,8 @@ func Up(ctx context.Context, s *scenario.Scenario, installer *LifeboatInstaller,
 	}
 	// Notices sent before the workloads run would interrupt Pods still Pending: wait for them
 	// as `sim run` does before t0.
-	var keys []string
-	for _, w := range s.Workloads {
-		keys = append(keys, workloadKey(w))
-	}
 	obsCtx, stopObs := context.WithCancel(ctx)
-	obs, err := newObserver(obsCtx, ClientsOf(c), keys, nodePrice(s))
+	obs, err := newObserver(obsCtx, ClientsOf(c), workloadKeys(s), nodePrice(s))
 	if err != nil {
 		stopObs()
 		return err

@@ -298,7 +298,7 @@ func (pl *LifeboatPlacement) surging(pod *v1.Pod) bool {
 	if err != nil {
 		return false
 	}
-	node := SurgeNode(rs.Annotations[v1alpha1.AnnotationHandoffSurge])
+	node := surgeNode(rs.Annotations[v1alpha1.AnnotationHandoffSurge])
 	if node == "" {
 		return false
 	}
@@ -306,9 +306,9 @@ func (pl *LifeboatPlacement) surging(pod *v1.Pod) bool {
 	return err == nil && IsPoolNode(n) && n.Labels[v1alpha1.LabelState] == string(v1alpha1.NodeStateDraining)
 }
 
-// SurgeNode returns the lifeboat node of a lifeboat.dev/handoff-surge annotation ("" when the
+// surgeNode returns the lifeboat node of a lifeboat.dev/handoff-surge annotation ("" when the
 // value is empty or not a surge).
-func SurgeNode(annotation string) string {
+func surgeNode(annotation string) string {
 	if annotation == "" {
 		return ""
 	}

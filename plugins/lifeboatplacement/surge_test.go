@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 )
@@ -44,13 +45,13 @@ func TestPostFilterSurgeDoesNotPreempt(t *testing.T) {
 		}
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		list, err := f.plugin.replicaSets.List(labelsEverything())
+		list, err := f.plugin.replicaSets.List(labels.Everything())
 		return err == nil && len(list) == 5, nil
 	}); err != nil {
 		t.Fatal("ReplicaSet informer never saw the ReplicaSets")
 	}
 	ownedBy := func(p *v1.Pod, rs string) *v1.Pod {
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs, UID: types.UID("uid-" + p.Name), Controller: ptrTrue()}}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs, UID: types.UID("uid-" + p.Name), Controller: ptr.To(true)}}
 		return p
 	}
 	for _, tc := range []struct {
@@ -79,19 +80,15 @@ func TestPostFilterSurgeDoesNotPreempt(t *testing.T) {
 	}
 }
 
-func TestSurgeNode(t *testing.T) {
+func TestSurgeNodeParsing(t *testing.T) {
 	for in, want := range map[string]string{
 		"":                     "",
 		"{":                    "",
 		`{"node":"lb-1"}`:      "lb-1",
 		`{"base":3,"surge":1}`: "",
 	} {
-		if got := SurgeNode(in); got != want {
-			t.Errorf("SurgeNode(%q) = %q, want %q", in, got, want)
+		if got := surgeNode(in); got != want {
+			t.Errorf("surgeNode(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
-
-func labelsEverything() labels.Selector { return labels.Everything() }
-
-func ptrTrue() *bool { b := true; return &b }

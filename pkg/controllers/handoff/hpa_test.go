@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -39,9 +40,6 @@ func apiPod(name, node string) *corev1.Pod {
 // maxReplicas 2 (minReplicas 1).
 func hpaFixture(t *testing.T, extra ...client.Object) (*Controller, client.Client) {
 	t.Helper()
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
 	pool := &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1",
 		Labels:      map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateDraining)},
@@ -54,10 +52,20 @@ func hpaFixture(t *testing.T, extra ...client.Object) (*Controller, client.Clien
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "api"},
 			MinReplicas: ptr.To[int32](1), MaxReplicas: 2}}
 	objs := append([]client.Object{pool, node, dep, rs, hpa, apiPod("api-a", "lb-1"), apiPod("api-b", "lb-1")}, extra...)
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		Build()
+	c := fakeClient(interceptor.Funcs{}, objs...)
 	return New(c, clocktesting.NewFakeClock(hpaNow), events.NewFakeRecorder(100)), c
+}
+
+// fakeClient is the fake client of the handoff tests: the scheme, the spec.nodeName Pod index
+// the controller lists by, status subresources for Pods and WarmPools, and funcs.
+func fakeClient(funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithStatusSubresource(&corev1.Pod{}, &v1alpha1.WarmPool{}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(funcs).Build()
 }
 
 func reconcileLB(t *testing.T, ctrl *Controller) {

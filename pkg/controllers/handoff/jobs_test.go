@@ -9,14 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -34,11 +31,8 @@ func jobPod(name string) *corev1.Pod {
 
 // jobFixture: a lifeboat node draining since hpaNow with two Job Pods; evictions are refused
 // (429, as a PDB would) when refuse is set. It returns the evictions attempted.
-func jobFixture(t *testing.T, refuse bool) (*Controller, client.Client, *clocktesting.FakeClock, *[]string) {
+func jobFixture(t *testing.T, refuse bool) (*Controller, client.WithWatch, *clocktesting.FakeClock, *[]string) {
 	t.Helper()
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
 	pool := &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"},
 		Spec: v1alpha1.WarmPoolSpec{HandoffDeadline: &metav1.Duration{Duration: 10 * time.Minute}}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1",
@@ -46,21 +40,17 @@ func jobFixture(t *testing.T, refuse bool) (*Controller, client.Client, *clockte
 		Annotations: map[string]string{v1alpha1.AnnotationDrainingSince: nodeutil.FormatTime(hpaNow)}}, Spec: corev1.NodeSpec{Unschedulable: true}}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "batch", UID: "job"}}
 	var evictions []string
-	c := fake.NewClientBuilder().WithScheme(s).
-		WithObjects(pool, node, job, jobPod("batch-a"), jobPod("batch-b")).
-		WithStatusSubresource(&corev1.Pod{}, &v1alpha1.WarmPool{}).
-		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithInterceptorFuncs(interceptor.Funcs{
-			SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
-				if sub == "eviction" {
-					evictions = append(evictions, obj.GetName())
-					if refuse {
-						return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-					}
+	c := fakeClient(interceptor.Funcs{
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if sub == "eviction" {
+				evictions = append(evictions, obj.GetName())
+				if refuse {
+					return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
 				}
-				return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
-			},
-		}).Build()
+			}
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		},
+	}, pool, node, job, jobPod("batch-a"), jobPod("batch-b"))
 	clk := clocktesting.NewFakeClock(hpaNow)
 	return New(c, clk, events.NewFakeRecorder(100)), c, clk, &evictions
 }
@@ -92,7 +82,7 @@ func TestDeadlineMarksDisruptionBeforeDelete(t *testing.T) {
 	ctrl, c, clk, evictions := jobFixture(t, true)
 	var marked []string
 	// Record the condition at delete time: the fake client removes the object.
-	c = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+	c = interceptor.NewClient(c, interceptor.Funcs{
 		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			p := &corev1.Pod{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), p); err == nil {

@@ -787,7 +787,7 @@ func (c *Controller) startAll(ctx context.Context, decisions []*decision) {
 		return
 	}
 	sort.Strings(ids)
-	results := c.resumeAll(ctx, ids)
+	results := cloud.ResumeAll(ctx, c.cloud, ids)
 	startedAt := c.clock.Now()
 
 	var (
@@ -833,30 +833,6 @@ func (c *Controller) startAll(ctx context.Context, decisions []*decision) {
 			d.finish(decisionResult{requeue: true})
 		}
 	}
-}
-
-// resumeAll starts the instances, in one call where the cloud supports it.
-func (c *Controller) resumeAll(ctx context.Context, ids []string) map[string]error {
-	if b, ok := c.cloud.(cloud.BatchResumer); ok {
-		return b.ResumeAll(ctx, ids)
-	}
-	out := make(map[string]error, len(ids))
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.cloud.Resume(ctx, id)
-			mu.Lock()
-			out[id] = err
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
 }
 
 // recordAll records the decisions of the batch's Nodes that got this far (their claimed nodes

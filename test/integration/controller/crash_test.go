@@ -39,6 +39,27 @@ func (e *env) spotWithProtectedPod(ctx context.Context, name, id, cpu string) {
 	}
 }
 
+// oneActiveLifeboat creates spot-1 (instance i-00000000000000a01) with a protected 3-CPU Pod and
+// a pool of one standby node (activeDuration 30s, then adjust), starts the manager, interrupts
+// spot-1 through the queue and waits for its lifeboat to be active and Ready; it returns the
+// lifeboat's name.
+func (e *env) oneActiveLifeboat(ctx context.Context, adjust func(*v1alpha1.WarmPool)) string {
+	e.t.Helper()
+	e.spotWithProtectedPod(ctx, "spot-1", "i-00000000000000a01", "3")
+	wp := e.warmPool(1, "30s")
+	adjust(wp)
+	if err := e.client.Create(ctx, wp); err != nil {
+		e.t.Fatal(err)
+	}
+	e.startManager()
+	e.waitFor("1 hibernated standby node", 90*time.Second, e.standbyConverged(1))
+	if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice("i-00000000000000a01", 1)); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFor("the lifeboat active and Ready for spot-1", 60*time.Second, e.activeReadyFor("spot-1", 1))
+	return e.lifeboatsFor(ctx, "spot-1")[0].Name
+}
+
 // lifeboatsFor are the pool nodes claimed for the interrupted node.
 func (e *env) lifeboatsFor(ctx context.Context, interrupted string) []corev1.Node {
 	list := &corev1.NodeList{}

@@ -52,20 +52,10 @@ func TestHandoffWithHPA(t *testing.T) {
 	if _, err := e.cluster.CreateKWOKNode(ctx, od); err != nil {
 		t.Fatal(err)
 	}
-	e.spotWithProtectedPod(ctx, "spot-1", "i-00000000000000a01", "3")
-	wp := e.warmPool(1, "30s")
-	// Short enough that a handoff stuck behind the HPA ends (by deleting Pods) within the test.
-	wp.Spec.HandoffDeadline = &metav1.Duration{Duration: time.Minute}
-	if err := e.client.Create(ctx, wp); err != nil {
-		t.Fatal(err)
-	}
-	e.startManager()
-	e.waitFor("1 hibernated standby node", 90*time.Second, e.standbyConverged(1))
-	if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice("i-00000000000000a01", 1)); err != nil {
-		t.Fatal(err)
-	}
-	e.waitFor("the lifeboat active and Ready for spot-1", 60*time.Second, e.activeReadyFor("spot-1", 1))
-	boat := e.lifeboatsFor(ctx, "spot-1")[0].Name
+	boat := e.oneActiveLifeboat(ctx, func(wp *v1alpha1.WarmPool) {
+		// Short enough that a handoff stuck behind the HPA ends (by deleting Pods) within the test.
+		wp.Spec.HandoffDeadline = &metav1.Duration{Duration: time.Minute}
+	})
 
 	// The workload: 2 replicas on the lifeboat, at its HPA's maximum (minReplicas 1).
 	dep := lifeboatDeployment("api", 2)

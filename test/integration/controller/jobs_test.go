@@ -28,19 +28,9 @@ func TestHandoffLetsJobPodsFinish(t *testing.T) {
 	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
-	e.spotWithProtectedPod(ctx, "spot-1", "i-00000000000000a01", "3")
-	wp := e.warmPool(1, "30s")
-	wp.Spec.HandoffDeadline = &metav1.Duration{Duration: 10 * time.Minute}
-	if err := e.client.Create(ctx, wp); err != nil {
-		t.Fatal(err)
-	}
-	e.startManager()
-	e.waitFor("1 hibernated standby node", 90*time.Second, e.standbyConverged(1))
-	if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice("i-00000000000000a01", 1)); err != nil {
-		t.Fatal(err)
-	}
-	e.waitFor("the lifeboat active and Ready for spot-1", 60*time.Second, e.activeReadyFor("spot-1", 1))
-	boat := e.lifeboatsFor(ctx, "spot-1")[0].Name
+	boat := e.oneActiveLifeboat(ctx, func(wp *v1alpha1.WarmPool) {
+		wp.Spec.HandoffDeadline = &metav1.Duration{Duration: 10 * time.Minute}
+	})
 
 	// The Job's Pods run 60 s: the handoff (30 s after activation) starts while they run.
 	job := &batchv1.Job{
