@@ -94,6 +94,7 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	store := &telemetry.Store{Client: c, Clock: d.Clock, Window: d.TelemetryWindow, Namespace: d.Namespace}
 	wp := warmpool.New(c, d.Instances, d.Clock, rec, d.WarmPool)
 	intr := interruption.New(c, mgr.GetAPIReader(), d.Instances, d.Clock, rec, store)
+	intr.Namespace = d.Namespace
 	act := interruption.NewActivator(c, d.Instances, d.Clock, rec)
 	if d.ActiveRestartAfter > 0 {
 		act.RestartAfter = d.ActiveRestartAfter

@@ -73,10 +73,15 @@ type Consumer struct {
 	// at once (RunBatches hands the batch over whole). A correlated reclaim delivers many
 	// notices in one batch, and handling them one after another would delay the last notice of
 	// the batch by every handling before it. Each message is still deleted only after its own
-	// handling succeeded, and the next receive waits for the whole batch. Default: MaxMessages
-	// (a batch is handled fully in parallel); 1 handles in order.
+	// handling succeeded. Default: MaxMessages (a batch is handled fully in parallel); 1
+	// handles in order.
 	Workers int
-	Clock   clock.Clock
+	// InFlightBatches bounds how many receive batches are handled at once: the next receive
+	// does not wait for a batch's handling (a resume decision waits for StartInstances, which
+	// EC2 throttling can stretch to seconds, and a burst spread over several receives must not
+	// queue behind it). Default 4; 1 receives again only once a batch is handled and deleted.
+	InFlightBatches int
+	Clock           clock.Clock
 }
 
 // Run receives and handles messages until ctx is done; it returns nil then. A handled or
@@ -89,8 +94,8 @@ func (c *Consumer) Run(ctx context.Context, handle Handler) error {
 	})
 }
 
-// RunBatches is Run with each receive batch handed to handle as one unit. The next receive
-// waits until the batch is handled and its messages deleted.
+// RunBatches is Run with each receive batch handed to handle as one unit. Up to
+// InFlightBatches batches are handled at once; on return every batch in flight has finished.
 func (c *Consumer) RunBatches(ctx context.Context, handle BatchHandler) error {
 	if c.SQS == nil || c.QueueURL == "" {
 		return errors.New("interruption consumer: SQS client and queue URL are required")
@@ -98,9 +103,22 @@ func (c *Consumer) RunBatches(ctx context.Context, handle BatchHandler) error {
 	c.defaults()
 	log := klog.FromContext(ctx).WithValues("queue", c.QueueURL)
 	backoff := c.ErrorBackoff
+	var (
+		inFlight sync.WaitGroup
+		slots    = make(chan struct{}, c.InFlightBatches)
+	)
+	defer inFlight.Wait()
 	for ctx.Err() == nil {
+		// A slot before the receive: never hold more messages than can be handled now (the
+		// others stay available to the queue's other consumers).
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		msgs, err := c.receive(ctx)
 		if err != nil {
+			<-slots
 			if ctx.Err() != nil {
 				break
 			}
@@ -113,7 +131,11 @@ func (c *Consumer) RunBatches(ctx context.Context, handle BatchHandler) error {
 			continue
 		}
 		backoff = c.ErrorBackoff
-		c.processBatch(ctx, msgs, handle)
+		inFlight.Add(1)
+		go func() {
+			defer func() { <-slots; inFlight.Done() }()
+			c.processBatch(ctx, msgs, handle)
+		}()
 	}
 	return nil
 }
@@ -217,6 +239,9 @@ func (c *Consumer) defaults() {
 	}
 	if c.ErrorBackoff <= 0 {
 		c.ErrorBackoff = time.Second
+	}
+	if c.InFlightBatches <= 0 {
+		c.InFlightBatches = 4
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}

@@ -324,3 +324,62 @@ func TestConsumerHandsBatchOver(t *testing.T) {
 		t.Fatalf("batches %v, want the 6 events at once, then the failed one redelivered alone", batches)
 	}
 }
+
+// TestConsumerBatchesInFlight: the next receive does not wait for a batch's handling. The
+// first batch's handler holds until a second notice, sent after it was received, is handed over
+// in its own batch; with InFlightBatches 1 that would never happen.
+func TestConsumerBatchesInFlight(t *testing.T) {
+	s := awsemu.StartT(t, awsemu.Options{})
+	o := s.ClientOptions()
+	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
+	c, err := awsclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-inflight")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := aws.ToString(q.QueueUrl)
+	send := func(id string) {
+		t.Helper()
+		if _, err := c.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent("evt-"+id, id))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("i-00000000000000001")
+	first, second := make(chan struct{}), make(chan struct{})
+	handle := func(ctx context.Context, msgs []interruption.Message) []error {
+		switch msgs[0].EventID {
+		case "evt-i-00000000000000001":
+			close(first)
+			select {
+			case <-second:
+			case <-ctx.Done():
+			}
+		case "evt-i-00000000000000002":
+			close(second)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, ErrorBackoff: time.Millisecond}
+	go func() { done <- consumer.RunBatches(ctx, handle) }()
+	select {
+	case <-first:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first notice was never handed over")
+	}
+	send("i-00000000000000002")
+	select {
+	case <-second:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second notice waited for the first batch's handling")
+	}
+	waitEmpty(t, s, "lifeboat-inflight")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

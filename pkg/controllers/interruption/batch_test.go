@@ -12,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,18 +25,52 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
 
+// fakeStore is a fake API server holding copies of objs, with the Node and Pod indexes, the
+// WarmPool kind (status subresource) and a WarmPool for every pool a Node of objs names.
 func fakeStore(objs ...client.Object) client.WithWatch {
 	copies := make([]client.Object, 0, len(objs))
+	pools := map[string]bool{}
 	for _, o := range objs {
 		copies = append(copies, o.DeepCopyObject().(client.Object))
+		if wp, ok := o.(*v1alpha1.WarmPool); ok {
+			pools[wp.Name] = true
+		}
 	}
-	return fake.NewClientBuilder().WithObjects(copies...).
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok && nodeutil.Pool(n) != "" && !pools[nodeutil.Pool(n)] {
+			pools[nodeutil.Pool(n)] = true
+			copies = append(copies, &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: nodeutil.Pool(n)}})
+		}
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(copies...).
+		WithStatusSubresource(&v1alpha1.WarmPool{}).
 		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
 		Build()
+}
+
+// deliver hands msgs to HandleBatch as the SQS consumer does, running the reconciles it
+// triggers meanwhile (HandleBatch returns once the decisions it requested are recorded).
+func deliver(t *testing.T, ctrl *Controller, msgs ...cloudinterruption.Message) []error {
+	t.Helper()
+	done := make(chan []error, 1)
+	go func() { done <- ctrl.HandleBatch(context.Background(), msgs) }()
+	for {
+		select {
+		case errs := <-done:
+			drainConcurrently(t, ctrl)
+			return errs
+		case <-time.After(2 * time.Millisecond):
+			drainConcurrently(t, ctrl)
+		}
+	}
 }
 
 // laggingCache is an informer cache that never catches up: reads come from a snapshot of
@@ -52,6 +88,12 @@ func laggingCache(api client.WithWatch, objs ...client.Object) client.Client {
 		},
 		Delete: func(ctx context.Context, _ client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			return api.Delete(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, _ client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			return api.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, _ client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			return api.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
 }
@@ -149,8 +191,9 @@ func decisionOf(t *testing.T, c client.Reader, node string) string {
 }
 
 // TestBurstIsOneBatch: ten notices of one receive batch (with duplicates and a reordered
-// state change) are decided as one batch: one live read of the claimed nodes, one
-// StartInstances call with the ten instances, one distinct lifeboat per interrupted node.
+// state change) are decided as one batch: one live read of the ledger and of the pool's Nodes,
+// one ledger write with the ten claims before one StartInstances call with the ten instances,
+// one distinct lifeboat per interrupted node, each marked with its decision in one write.
 func TestBurstIsOneBatch(t *testing.T) {
 	const burst = 10
 	var objs []client.Object
@@ -163,11 +206,36 @@ func TestBurstIsOneBatch(t *testing.T) {
 	msgs = append(msgs, spotMessage("i-spot3"), cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot5"}}, spotMessage("i-spot3"))
 	api := fakeStore(objs...)
 	lists := &listCounter{lists: map[string]int{}}
-	ctrl, f := newController(api, interceptor.NewClient(api, lists.funcs()))
+	var (
+		writeMu      sync.Mutex
+		ledgerWrites []int // claims per ledger write
+		nodeWrites   = map[string]int{}
+	)
+	cache := interceptor.NewClient(api, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				writeMu.Lock()
+				ledgerWrites = append(ledgerWrites, len(cm.Data))
+				writeMu.Unlock()
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writeMu.Lock()
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				ledgerWrites = append(ledgerWrites, len(cm.Data))
+			} else {
+				nodeWrites[obj.GetName()]++
+			}
+			writeMu.Unlock()
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	ctrl, f := newController(cache, interceptor.NewClient(api, lists.funcs()))
 	// Only the announced Nodes' arrival closes the batch (however slow the fake client is).
 	ctrl.batch.max, ctrl.batch.expectFor = time.Hour, time.Hour
 
-	for i, err := range ctrl.HandleBatch(context.Background(), msgs) {
+	for i, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -177,9 +245,24 @@ func TestBurstIsOneBatch(t *testing.T) {
 	if len(f.batches) != 1 || len(f.batches[0]) != burst {
 		t.Fatalf("StartInstances calls %v, want one with %d instances", f.batches, burst)
 	}
-	if got := lists.count(v1alpha1.LabelResumedFor + " in "); got != 1 {
-		t.Errorf("%d live reads of the claimed nodes, want 1 for the batch", got)
+	if got := lists.count(v1alpha1.LabelPool); got != 0 {
+		t.Errorf("%d live reads of the pool nodes, want none (the plan is made on the cache)", got)
 	}
+	// One write adds the ten claims; the ledger's reconcile removes them once the cache shows
+	// the Nodes' labels.
+	if len(ledgerWrites) != 1 || ledgerWrites[0] != burst {
+		t.Errorf("ledger writes with %v claims, want [%d]", ledgerWrites, burst)
+	}
+	reconcilePool(t, ctrl)
+	for i := range burst {
+		if n := nodeWrites[fmt.Sprintf("spot-%d", i)]; n != 1 {
+			t.Errorf("spot-%d written %d times, want 1 (mark and decision together)", i, n)
+		}
+		if n := nodeWrites[fmt.Sprintf("sb-%d", i)]; n != 1 {
+			t.Errorf("sb-%d written %d times, want 1 (the claim's labels)", i, n)
+		}
+	}
+	assertLedgerEmpty(t, api)
 	used := map[string]bool{}
 	for i := range burst {
 		d := decisionOf(t, api, fmt.Sprintf("spot-%d", i))
@@ -194,7 +277,7 @@ func TestBurstIsOneBatch(t *testing.T) {
 		}
 	}
 	// The same notices again: nothing more.
-	for _, err := range ctrl.HandleBatch(context.Background(), msgs) {
+	for _, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +304,7 @@ func TestBurstPartialICE(t *testing.T) {
 	// Equal demands are planned in name order and first-fit decreasing opens the largest
 	// node first: spot-0 gets sb-big, which has no capacity.
 	f.ice["i-sbbig"] = true
-	for _, err := range ctrl.HandleBatch(context.Background(), msgs) {
+	for _, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,111 +332,172 @@ func TestBurstPartialICE(t *testing.T) {
 	}
 }
 
-// TestStaleCacheCandidateConflictReplansFromAPI: the cache still shows a standby node another
-// decision has claimed; the claim's resourceVersion precondition fails and the plan is made
-// again from the API server, which resumes a free node.
-func TestStaleCacheCandidateConflictReplansFromAPI(t *testing.T) {
+// TestStaleCacheLedgerReplansFromAPI: the cache does not show a ledger entry another batch
+// wrote for sb-big an instant ago; the plan made on the cache picks sb-big, its ledger write
+// fails the resourceVersion precondition, and the plan is made again from the API server,
+// which resumes a free node.
+func TestStaleCacheLedgerReplansFromAPI(t *testing.T) {
 	spot := spotNode("spot-1", "i-spot1")
 	spot.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T21:00:00Z"}
 	objs := []client.Object{spot, protectedPod("a", "spot-1", "3"), standbyNode("sb-big", "i-sbbig", "8"), standbyNode("sb-2", "i-sb2", "4")}
 	api := fakeStore(objs...)
-	// Another decision claimed sb-big after the cache's snapshot.
-	taken := &corev1.Node{}
-	_ = api.Get(context.Background(), types.NamespacedName{Name: "sb-big"}, taken)
-	taken.Labels[v1alpha1.LabelState], taken.Labels[v1alpha1.LabelResumedFor] = string(v1alpha1.NodeStateActive), "spot-other"
-	if err := api.Update(context.Background(), taken); err != nil {
+	// Another batch put sb-big into the ledger after the cache's snapshot.
+	if err := api.Create(context.Background(), ledgerWith(ledger.Claim{Node: "sb-big", InstanceID: "i-sbbig", For: "spot-other", Holder: "other/1"})); err != nil {
 		t.Fatal(err)
 	}
 	lists := &listCounter{lists: map[string]int{}}
 	ctrl, f := newController(laggingCache(api, objs...), interceptor.NewClient(api, lists.funcs()))
+	ctrl.inflight.Store("other/1", struct{}{})
 
 	drainOne(t, ctrl, "spot-1")
 
 	if len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
 		t.Fatalf("resumed %v, want only i-sb2", f.resumed)
 	}
-	if got := lists.count(v1alpha1.LabelState + "="); got != 1 {
-		t.Errorf("%d standby lists from the API server, want 1 (the re-plan)", got)
+	if got := lists.count(v1alpha1.LabelPool); got != 1 {
+		t.Errorf("%d pool-node lists from the API server, want 1 (the re-plan)", got)
 	}
 	if d := decisionOf(t, api, "spot-1"); d != "sb-2" {
 		t.Fatalf("decision %q, want sb-2", d)
 	}
-	_ = api.Get(context.Background(), types.NamespacedName{Name: "sb-big"}, taken)
-	if taken.Labels[v1alpha1.LabelResumedFor] != "spot-other" {
-		t.Fatalf("sb-big taken from its decision: %v", taken.Labels)
+}
+
+// assertLedgerEmpty: every ledger entry was labelled and removed.
+func assertLedgerEmpty(t *testing.T, c client.Reader) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	err := c.Get(context.Background(), ledger.Key(v1alpha1.DefaultNamespace), cm)
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.Data) > 0 {
+		t.Errorf("the resume ledger still holds %v", cm.Data)
 	}
 }
 
-// TestClaimConflictReplansFromAPI: a writer changes the planned node between the plan and the
-// claim (the claim's precondition fails, the cache is current); the re-plan reads the API
-// server and claims another node; nothing is resumed twice.
+// ledgerWith is the resume ledger holding claims.
+func ledgerWith(claims ...ledger.Claim) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultNamespace, Name: ledger.Name}, Data: map[string]string{}}
+	for _, cl := range claims {
+		cm.Data[cl.Node] = ledger.Encode(cl)
+	}
+	return cm
+}
+
+// conflictingLedger returns interceptor funcs whose writes of the ledger with this process's
+// claims conflict: the first time only, after another writer (a second controller during a
+// leader handover) put sb-big into the ledger for spot-other, or always. writes counts them.
+func conflictingLedger(always bool, writes *atomic.Int32) interceptor.Funcs {
+	ours := func(obj client.Object) bool {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return false
+		}
+		claims, _ := ledger.Decode(cm)
+		for _, cl := range claims {
+			if cl.Holder != "other/1" {
+				return true
+			}
+		}
+		return false
+	}
+	conflict := func(ctx context.Context, cl client.WithWatch, obj client.Object) error {
+		if n := writes.Add(1); always {
+			return apierrors.NewConflict(corev1.Resource("configmaps"), obj.GetName(), fmt.Errorf("the object has been modified"))
+		} else if n == 1 {
+			if err := cl.Create(ctx, ledgerWith(ledger.Claim{Node: "sb-big", InstanceID: "i-sbbig", For: "spot-other", Holder: "other/1"})); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if ours(obj) {
+				if err := conflict(ctx, cl, obj); err != nil {
+					return err
+				}
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if ours(obj) {
+				if err := conflict(ctx, cl, obj); err != nil {
+					return err
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
+
+// TestClaimConflictReplansFromAPI: another writer claims the planned node in the ledger between
+// the plan and the ledger write (the write's precondition fails); the re-plan reads the ledger
+// again and claims another node; nothing is resumed twice.
 func TestClaimConflictReplansFromAPI(t *testing.T) {
 	spot := spotNode("spot-1", "i-spot1")
 	spot.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T21:00:00Z"}
 	store := fakeStore(spot, protectedPod("a", "spot-1", "3"), standbyNode("sb-big", "i-sbbig", "8"), standbyNode("sb-2", "i-sb2", "4"))
-	var raced atomic.Bool
-	c := interceptor.NewClient(store, interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-		if obj.GetName() == "sb-big" && !raced.Swap(true) {
-			// Another writer (a second controller during a leader handover) claims it first.
-			n := &corev1.Node{}
-			if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), n); err != nil {
-				return err
-			}
-			n.Labels[v1alpha1.LabelState], n.Labels[v1alpha1.LabelResumedFor] = string(v1alpha1.NodeStateActive), "spot-other"
-			if err := cl.Update(ctx, n); err != nil {
-				return err
-			}
-		}
-		return cl.Patch(ctx, obj, patch, opts...)
-	}})
+	var writes atomic.Int32
+	c := interceptor.NewClient(store, conflictingLedger(false, &writes))
 	lists := &listCounter{lists: map[string]int{}}
 	ctrl, f := newController(c, interceptor.NewClient(store, lists.funcs()))
+	ctrl.inflight.Store("other/1", struct{}{}) // the other writer's batch is still running
 
 	drainOne(t, ctrl, "spot-1")
 
-	if !raced.Load() || len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
-		t.Fatalf("raced %v resumed %v, want the conflict and then only i-sb2", raced.Load(), f.resumed)
+	if writes.Load() != 2 || len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
+		t.Fatalf("ledger writes %d resumed %v, want the conflict and then only i-sb2", writes.Load(), f.resumed)
 	}
-	if got := lists.count(v1alpha1.LabelState + "="); got != 1 {
-		t.Errorf("%d standby lists from the API server, want 1 (the re-plan)", got)
+	if got := lists.count(v1alpha1.LabelPool); got != 1 {
+		t.Errorf("%d pool-node lists from the API server, want 1 (the re-plan)", got)
 	}
 	if d := decisionOf(t, store, "spot-1"); d != "sb-2" {
 		t.Fatalf("decision %q, want sb-2", d)
 	}
+	reconcilePool(t, ctrl)
+	cm := &corev1.ConfigMap{}
+	if err := store.Get(context.Background(), ledger.Key(v1alpha1.DefaultNamespace), cm); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cm.Data["sb-big"]; len(cm.Data) != 1 || !ok {
+		t.Fatalf("ledger %v, want only the other writer's sb-big entry", cm.Data)
+	}
 }
 
-// TestPersistentConflictRequeues: a claim that keeps conflicting is planned three times, then
-// the Node is requeued, nothing started and no decision recorded.
+// TestPersistentConflictRequeues: a ledger write that keeps conflicting is planned three
+// times, then the Node is requeued, nothing started and no decision recorded.
 func TestPersistentConflictRequeues(t *testing.T) {
 	spot := spotNode("spot-1", "i-spot1")
 	spot.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T21:00:00Z"}
 	store := fakeStore(spot, protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"))
-	var claims atomic.Int32
-	c := interceptor.NewClient(store, interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-		if obj.GetName() == "sb-1" {
-			claims.Add(1)
-			return apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, obj.GetName(), fmt.Errorf("the object has been modified"))
-		}
-		return cl.Patch(ctx, obj, patch, opts...)
-	}})
-	ctrl, f := newController(c, store)
+	var writes atomic.Int32
+	ctrl, f := newController(interceptor.NewClient(store, conflictingLedger(true, &writes)), store)
 	res, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "spot-1"}})
 	if err != nil || !res.Requeue {
 		t.Fatalf("res %+v err %v, want a requeue", res, err)
 	}
-	if claims.Load() != 3 || len(f.resumed) != 0 || decisionOf(t, store, "spot-1") != "" {
-		t.Fatalf("claims %d resumed %v decision %q", claims.Load(), f.resumed, decisionOf(t, store, "spot-1"))
+	if writes.Load() != 3 || len(f.resumed) != 0 || decisionOf(t, store, "spot-1") != "" {
+		t.Fatalf("ledger writes %d resumed %v decision %q", writes.Load(), f.resumed, decisionOf(t, store, "spot-1"))
 	}
+	assertLedgerEmpty(t, store)
 }
 
-// TestCacheLagsOwnClaim: a pass that claimed sb-1 for spot-1 was interrupted (a restart) and
-// the cache still shows sb-1 as a free standby node. The claimed nodes are read from the API
-// server: the next pass starts sb-1 and claims nothing more.
+// TestCacheLagsOwnClaim: a pass claimed sb-1 for spot-1 (ledger entry and label written) and
+// failed before StartInstances; the cache shows neither the entry nor the label. The plan made
+// on the cache fails its ledger write's precondition; the re-plan reads the API server, starts
+// sb-1 and claims nothing more.
 func TestCacheLagsOwnClaim(t *testing.T) {
 	spot := spotNode("spot-1", "i-spot1")
 	spot.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T21:00:00Z"}
 	objs := []client.Object{spot, protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"), standbyNode("sb-2", "i-sb2", "4")}
 	api := fakeStore(objs...)
+	if err := api.Create(context.Background(), ledgerWith(ledger.Claim{Node: "sb-1", InstanceID: "i-sb1", For: "spot-1", Holder: "earlier/1"})); err != nil {
+		t.Fatal(err)
+	}
 	claimed := &corev1.Node{}
 	_ = api.Get(context.Background(), types.NamespacedName{Name: "sb-1"}, claimed)
 	claimed.Labels[v1alpha1.LabelState], claimed.Labels[v1alpha1.LabelResumedFor] = string(v1alpha1.NodeStateActive), "spot-1"
@@ -380,7 +524,7 @@ func TestCacheLagsMarkAndDecision(t *testing.T) {
 	api := fakeStore(objs...)
 	ctrl, f := newController(laggingCache(api, objs...), api)
 	for range 3 {
-		if err := ctrl.HandleMessage(context.Background(), spotMessage("i-spot1")); err != nil {
+		if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
 			t.Fatal(err)
 		}
 		drainConcurrently(t, ctrl)
@@ -427,7 +571,7 @@ func TestDaemonSetOverheadInDecision(t *testing.T) {
 	ds.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	api := fakeStore(spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), ds, standbyNode("sb-4", "i-sb4", "4"), standbyNode("sb-8", "i-sb8", "8"))
 	ctrl, f := newController(api, api)
-	if err := ctrl.HandleMessage(context.Background(), spotMessage("i-spot1")); err != nil {
+	if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
 		t.Fatal(err)
 	}
 	drainConcurrently(t, ctrl)

@@ -20,6 +20,10 @@ type decisionRequest struct {
 	// nil allows every pool.
 	pools    map[string]bool
 	noticeAt time.Time
+	// notice: the Node's mark is not written yet (node carries it in memory; unmarked is the
+	// copy as read): the decision's record writes it.
+	notice   *notice
+	unmarked *corev1.Node
 	done     chan decisionResult
 }
 

@@ -2,19 +2,18 @@ package interruption
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sort"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -34,11 +33,11 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/telemetry"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sizing"
-	pooltelemetry "github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
 // Field indexes the controllers register on the manager's cache.
@@ -84,6 +83,9 @@ const (
 // are made in batches: one live read of the nodes already claimed, one plan over the shared
 // standby candidates, the claims in parallel, one StartInstances call.
 type Controller struct {
+	// Namespace holds the resume ledger (Lifeboat's namespace; default lifeboat-system).
+	Namespace string
+
 	client    client.Client
 	reader    client.Reader
 	cloud     cloud.Instances
@@ -107,6 +109,29 @@ type Controller struct {
 	// claim's resourceVersion precondition still guards against other writers.
 	reserveMu sync.Mutex
 	reserved  map[string]string // standby node → interrupted node
+
+	// notices are the queue's notices waiting for their decision, by Node name: see notice.
+	noticeMu sync.Mutex
+	notices  map[string]*notice
+	// id names this process in the ledger entries it writes (holder = id/batch sequence);
+	// inflight holds the holders of the batches running now (reconcileLedger leaves their
+	// entries alone).
+	id       string
+	batchSeq atomic.Uint64
+	inflight sync.Map // string → struct{}
+	// finished holds the ledger entries (holder|node) a batch of this process finished — their
+	// Nodes labelled, their decisions recorded or retried from the mark — or reconcileLedger
+	// finished, until they are removed from the ledger.
+	finished sync.Map // string → struct{}
+	// ledgerMu serializes this process's ledger writes; ledgerLast is the API server's answer
+	// to the last of them and ledgerSuperseded the versions they replaced ("" for none): a
+	// cached ledger at such a version is behind this process's own writes.
+	// critical: the batches on their way to StartInstances (see decideBatch).
+	critical criticalSection
+
+	ledgerMu         sync.Mutex
+	ledgerLast       *corev1.ConfigMap
+	ledgerSuperseded map[string]bool
 }
 
 // New returns the controller. client reads from the informer cache; reader must read from the
@@ -115,7 +140,7 @@ type Controller struct {
 // this process may just have recorded. Standby candidates come from the cache: a stale candidate
 // is rejected by the claim's resourceVersion precondition and the plan is made again.
 func New(c client.Client, reader client.Reader, instances cloud.Instances, clk clock.Clock, recorder events.EventRecorder, store *telemetry.Store) *Controller {
-	ctrl := &Controller{client: c, reader: reader, cloud: instances, clock: clk, recorder: recorder, telemetry: store, trigger: make(chan event.GenericEvent, 1024), reserved: map[string]string{}}
+	ctrl := &Controller{Namespace: v1alpha1.DefaultNamespace, client: c, reader: reader, cloud: instances, clock: clk, recorder: recorder, telemetry: store, trigger: make(chan event.GenericEvent, 1024), reserved: map[string]string{}, notices: map[string]*notice{}, id: processID()}
 	ctrl.batch = newBatcher(DefaultBatchIdle, DefaultBatchMax, DefaultBatchExpect, DefaultBatchMaxNodes, ctrl.decideBatch)
 	return ctrl
 }
@@ -156,6 +181,13 @@ func (c *Controller) release(nodes map[string]*decisionRequest) {
 	}
 }
 
+// processID is a random name for this process's ledger entries.
+func processID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 func interrupted(o client.Object) bool {
 	a := o.GetAnnotations()
 	return a[v1alpha1.AnnotationInterruptedAt] != "" && a[v1alpha1.AnnotationResumeDecision] == ""
@@ -170,6 +202,15 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(c.trigger, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentDecisions}).
 		Complete(c)
+	if err != nil {
+		return err
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named("interruption-ledger").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetNamespace() == c.Namespace && o.GetName() == ledger.Name
+		}))).
+		Complete(reconcile.Func(c.reconcileLedger))
 	if err != nil {
 		return err
 	}
@@ -192,11 +233,12 @@ func (c *Controller) HandleMessage(ctx context.Context, msg cloudinterruption.Me
 	return c.HandleBatch(ctx, []cloudinterruption.Message{msg})[0]
 }
 
-// HandleBatch is the SQS consumer's handler for a receive batch: it marks the Nodes of the
-// messages' instances interrupted, in parallel, and announces them to the decision batcher so
-// that their decisions are made as one batch as soon as the last mark is written. A message's
-// error is nil once the marks of all its Nodes are written: the consumer then deletes it
-// (the mark is the durable record the decision follows from).
+// HandleBatch is the SQS consumer's handler for a receive batch: it announces the Nodes of the
+// messages' instances to the decision batcher and requests their decisions, so that they are
+// made as one batch at once. A Node not marked yet is not marked first: its mark is written
+// with its decision, after StartInstances (the claims' ledger entry is the durable record
+// before it; see notice). A message's error is nil once the marks of all its Nodes are written:
+// the consumer then deletes it; until then a crash delivers it again.
 func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.Message) []error {
 	errs := make([]error, len(msgs))
 	// The notices' receipt is what the resume latency is measured from (EventBridge's event
@@ -236,7 +278,8 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 		source := "sqs/" + string(msg.Kind)
 		for _, id := range msg.InstanceIDs {
 			list := &corev1.NodeList{}
-			if err := c.client.List(ctx, list, client.MatchingFields{IndexNodeInstanceID: id}); err != nil {
+			// Read only (mark works on a copy): no deep copy from the cache.
+			if err := c.client.List(ctx, list, client.MatchingFields{IndexNodeInstanceID: id}, client.UnsafeDisableDeepCopy); err != nil {
 				errs[i] = errors.Join(errs[i], err)
 				continue
 			}
@@ -265,31 +308,34 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 		}
 	}
 	c.batch.expect(expected)
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
+	waits := map[string]*notice{}
 	for _, name := range order {
 		t := targets[name]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			newly, err := c.mark(ctx, t.node, t.source, received)
-			if !newly {
-				c.batch.forget(name)
-			}
-			if err != nil {
-				mu.Lock()
-				for _, i := range t.msgs {
-					errs[i] = errors.Join(errs[i], err)
-				}
-				mu.Unlock()
-				return
-			}
+		if !needsMark(t.node, t.source) {
+			// Marked already: the decision follows from the mark.
 			c.requestDecision(name)
-		}()
+			continue
+		}
+		n := c.addNotice(name, t.source, received)
+		if !c.tryRequestDecision(name) {
+			// The trigger is full: mark now, the Node watch brings the decision.
+			c.batch.forget(name)
+			_, err := c.mark(ctx, t.node, t.source, received)
+			c.resolveNotice(name, n, err)
+		}
+		waits[name] = n
 	}
-	wg.Wait()
+	for _, name := range order {
+		n, ok := waits[name]
+		if !ok {
+			continue
+		}
+		if err := n.wait(ctx); err != nil {
+			for _, i := range targets[name].msgs {
+				errs[i] = errors.Join(errs[i], fmt.Errorf("node %s: %w", name, err))
+			}
+		}
+	}
 	return errs
 }
 
@@ -316,7 +362,28 @@ func (c *Controller) reconcileKarpenterEvent(ctx context.Context, req reconcile.
 	if err := c.client.Get(ctx, types.NamespacedName{Name: nodeName}, node); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	return reconcile.Result{}, c.Mark(ctx, node, SourceKarpenterEvent, c.clock.Now())
+	return reconcile.Result{}, c.notice(ctx, node, SourceKarpenterEvent, c.clock.Now())
+}
+
+// notice asks for the decision of a Node a durable notice names (Karpenter's Event stays in
+// the API server, and a restart lists it again): like a queue notice, its mark is written with
+// the decision, after StartInstances. If the decision cannot be requested now, the Node is
+// marked instead (the Node watch brings the decision).
+func (c *Controller) notice(ctx context.Context, node *corev1.Node, source string, at time.Time) error {
+	if nodeutil.Pool(node) != "" {
+		return nil
+	}
+	if !needsMark(node, source) {
+		c.requestDecision(node.Name)
+		return nil
+	}
+	n := c.addNotice(node.Name, source, at)
+	if c.tryRequestDecision(node.Name) {
+		return nil
+	}
+	_, err := c.mark(ctx, node, source, at)
+	c.resolveNotice(node.Name, n, err)
+	return err
 }
 
 // Mark records the interruption on the Node (taint lifeboat.dev/interrupted, annotations) once,
@@ -332,12 +399,17 @@ func (c *Controller) Mark(ctx context.Context, node *corev1.Node, source string,
 	return nil
 }
 
-// requestDecision triggers the decision reconciler for the Node.
-func (c *Controller) requestDecision(name string) {
+// requestDecision triggers the decision reconciler for the marked Node (if the trigger is full,
+// the Node watch delivers the marked Node anyway).
+func (c *Controller) requestDecision(name string) { c.tryRequestDecision(name) }
+
+// tryRequestDecision triggers the decision reconciler for the Node; false if the trigger is full.
+func (c *Controller) tryRequestDecision(name string) bool {
 	select {
 	case c.trigger <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+		return true
 	default:
-		// The Node watch delivers the marked Node anyway.
+		return false
 	}
 }
 
@@ -409,15 +481,21 @@ func (c *Controller) mark(ctx context.Context, node *corev1.Node, source string,
 	if err != nil {
 		return false, fmt.Errorf("mark node %s interrupted: %w", node.Name, err)
 	}
-	switch {
-	case newly && remarked:
-		// Counted once per Node (lifeboat_interruptions_total): at the recommendation.
-		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s) after a rebalance recommendation; planning its resume again over every pool", source)
-	case newly:
-		metrics.Interruptions.WithLabelValues(node.Labels[v1alpha1.LabelInstanceType], node.Labels[v1alpha1.LabelZone]).Inc()
-		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s); resuming standby capacity for its protected Pods", source)
+	if newly {
+		c.noteMark(node, source, remarked)
 	}
 	return newly, nil
+}
+
+// noteMark counts a newly written mark (lifeboat_interruptions_total, once per Node: a re-mark
+// after a rebalance recommendation was counted at the recommendation) and records its event.
+func (c *Controller) noteMark(node *corev1.Node, source string, remarked bool) {
+	if remarked {
+		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s) after a rebalance recommendation; planning its resume again over every pool", source)
+		return
+	}
+	metrics.Interruptions.WithLabelValues(node.Labels[v1alpha1.LabelInstanceType], node.Labels[v1alpha1.LabelZone]).Inc()
+	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, v1alpha1.EventInterrupted, "Interrupt", "Interruption notice (%s); resuming standby capacity for its protected Pods", source)
 }
 
 // preResumePools are the pools with rebalanceRecommendation PreResume. An error is returned, not
@@ -444,6 +522,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r, err := c.prepare(ctx, req.NamespacedName)
 	if err != nil || r == nil {
 		c.batch.forget(req.Name)
+		if err != nil {
+			c.markNotice(ctx, req.Name)
+		}
 		return reconcile.Result{}, err
 	}
 	// The batch runs on the context of its first request, without that Node in its logger.
@@ -451,24 +532,46 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	c.batch.add(r)
 	select {
 	case res := <-r.done:
+		if res.err != nil || res.requeue {
+			// The decision did not get to its record: the notice's mark is written now, and
+			// the retry starts from it.
+			c.markNotice(ctx, req.Name)
+		}
 		return reconcile.Result{Requeue: res.requeue}, res.err
 	case <-ctx.Done():
 		return reconcile.Result{}, ctx.Err()
 	}
 }
 
+// markNotice writes the mark of the Node's pending notice (the decision could not be made with
+// it) and resolves the notice with the result: the queue message is deleted once the mark is
+// durable, and the Node watch drives the decision from it.
+func (c *Controller) markNotice(ctx context.Context, name string) {
+	nt := c.pendingNotice(name)
+	if nt == nil {
+		return
+	}
+	node := &corev1.Node{}
+	if err := c.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		c.resolveNotice(name, nt, client.IgnoreNotFound(err))
+		return
+	}
+	_, err := c.mark(ctx, node, nt.source, nt.at)
+	c.resolveNotice(name, nt, err)
+}
+
 // prepare returns the Node's decision request, or nil if the Node waits for no decision.
 func (c *Controller) prepare(ctx context.Context, key types.NamespacedName) (*decisionRequest, error) {
-	node, err := c.interruptedNode(ctx, key)
+	node, unmarked, nt, err := c.interruptedNode(ctx, key)
 	if err != nil || node == nil {
 		return nil, err
 	}
-	r := &decisionRequest{ctx: ctx, node: node, done: make(chan decisionResult, 1)}
+	r := &decisionRequest{ctx: ctx, node: node, unmarked: unmarked, notice: nt, done: make(chan decisionResult, 1)}
 	r.noticeAt, _ = nodeutil.Time(node.Annotations, v1alpha1.AnnotationInterruptedAt)
 	// What needs a place: the protected Pods still bound to the Node; and what comes along:
 	// its DaemonSet Pods (their DaemonSets run on the lifeboat node too).
 	pods := &corev1.PodList{}
-	if err := c.client.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node.Name}); err != nil {
+	if err := c.client.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range pods.Items {
@@ -497,16 +600,23 @@ func (c *Controller) prepare(ctx context.Context, key types.NamespacedName) (*de
 // the cache does not show that mark yet (no mark, or the rebalance recommendation's mark it
 // replaced), and a Node it recorded a decision on is read from the API server (the cache may not
 // show the decision yet, or the activator reopened it, or a later interruption re-marked it).
-func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedName) (*corev1.Node, error) {
-	node := &corev1.Node{}
-	err := c.client.Get(ctx, key, node)
+// A Node with a pending queue notice that needs its mark is returned carrying the mark in
+// memory (withMark), with the copy it was read as (unmarked) and the notice: the decision
+// writes the mark. A pending notice whose Node is marked already, gone or a pool node is
+// resolved here.
+func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedName) (node, unmarked *corev1.Node, nt *notice, err error) {
+	nt = c.pendingNotice(key.Name)
+	node = &corev1.Node{}
+	// Read only (every write works on a copy): no deep copy from the cache.
+	err = c.client.Get(ctx, key, node, client.UnsafeDisableDeepCopy)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	_, decidedHere := c.decided.Load(key.Name)
-	if decidedHere && err == nil && node.Annotations[v1alpha1.AnnotationResumeDecision] != "" {
+	if decidedHere && err == nil && node.Annotations[v1alpha1.AnnotationResumeDecision] != "" && nt == nil {
 		// The cache has caught up with the decision; later changes (a reopened decision)
-		// arrive through it in order.
+		// arrive through it in order. (A new notice reads the API server: the cache may
+		// show the decision but not a later change.)
 		c.decided.Delete(key.Name)
 		decidedHere = false
 	}
@@ -517,407 +627,37 @@ func (c *Controller) interruptedNode(ctx context.Context, key types.NamespacedNa
 		if err := c.reader.Get(ctx, key, node); err != nil {
 			if apierrors.IsNotFound(err) {
 				c.decided.Delete(key.Name)
+				c.resolveNotice(key.Name, nt, nil)
 			}
-			return nil, client.IgnoreNotFound(err)
+			return nil, nil, nil, client.IgnoreNotFound(err)
 		}
 	case markedHere && (err != nil || !sameMark(node, m.(*corev1.Node))):
 		node = m.(*corev1.Node).DeepCopy()
-	case err == nil && interrupted(node):
+	case err == nil && (nt != nil || interrupted(node)):
 	default:
 		// Not interrupted as far as this process knows (a stale cache gets the Node watch's
-		// event later), or decided on the mark this process wrote.
+		// event later), or decided on the mark this process wrote, or gone.
 		c.marked.Delete(key.Name)
-		return nil, nil
+		c.resolveNotice(key.Name, nt, nil)
+		return nil, nil, nil, nil
 	}
 	c.marked.Delete(key.Name)
-	if !interrupted(node) || nodeutil.Pool(node) != "" {
-		return nil, nil
+	if nodeutil.Pool(node) != "" {
+		c.resolveNotice(key.Name, nt, nil)
+		return nil, nil, nil, nil
 	}
-	return node, nil
-}
-
-// decision is one interrupted Node's progress through a batch.
-type decision struct {
-	*decisionRequest
-	plan sizing.ResumePlan
-	// toStart are the pool nodes claimed for the Node (earlier claims included).
-	toStart []*corev1.Node
-	result  decisionResult
-	// finished: the result is set; the Node takes no further part in the batch.
-	finished bool
-}
-
-func (d *decision) finish(res decisionResult) {
-	d.result, d.finished = res, true
-}
-
-// decideBatch makes the decisions of a batch of interrupted Nodes: plan them together, claim
-// in parallel, start every claimed instance with one StartInstances call, record the decisions.
-// Each request's done channel receives its result.
-func (c *Controller) decideBatch(batch []*decisionRequest) {
-	if len(batch) == 0 {
-		return
+	if nt != nil {
+		if source := c.sourceOf(nt); needsMark(node, source) {
+			return withMark(node, source, nt.at), node, nt, nil
+		}
+		// Marked already (another source, or this process's own mark): the mark serves the
+		// notice; the decision follows from it.
+		c.resolveNotice(key.Name, nt, nil)
 	}
-	ctx := batch[0].ctx
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("batchNodes", len(batch)))
-	byNode := make(map[string]*decisionRequest, len(batch))
-	decisions := make([]*decision, 0, len(batch))
-	for _, r := range batch {
-		if _, dup := byNode[r.node.Name]; dup {
-			// Not expected (the workqueue runs one reconcile per Node at a time): the
-			// duplicate comes back after this batch and finds the decision recorded.
-			r.done <- decisionResult{requeue: true}
-			continue
-		}
-		byNode[r.node.Name] = r
-		decisions = append(decisions, &decision{decisionRequest: r})
+	if !interrupted(node) {
+		return nil, nil, nil, nil
 	}
-	// Reservations go before the results: a requeued Node's next pass plans without them.
-	defer func() {
-		for _, d := range decisions {
-			d.done <- d.result
-		}
-	}()
-	defer c.release(byNode)
-
-	c.claimAll(ctx, decisions)
-	c.startAll(ctx, decisions)
-	c.recordAll(ctx, decisions)
-}
-
-// claimAll plans the batch and claims the planned standby nodes (label state=active,
-// resumed-for=<interrupted Node>), each with a resourceVersion precondition. The nodes already
-// claimed for the batch's Nodes are read from the API server, in one list: a decision that a
-// conflict or a restart interrupted must not claim more. Candidates come from the cache; a claim
-// that conflicts (a stale candidate, or another writer took it) plans that Node again from the
-// API server, at most three times, then requeues it. Claims that succeeded stay claimed and the
-// next plan counts them.
-func (c *Controller) claimAll(ctx context.Context, decisions []*decision) {
-	pending := decisions
-	for attempt := 0; len(pending) > 0; attempt++ {
-		if attempt == 3 {
-			for _, d := range pending {
-				d.finish(decisionResult{requeue: true})
-			}
-			return
-		}
-		names := make([]string, 0, len(pending))
-		for _, d := range pending {
-			names = append(names, d.node.Name)
-		}
-		claimedFor, err := requirementIn(v1alpha1.LabelResumedFor, names)
-		if err != nil {
-			finishAll(pending, err)
-			return
-		}
-		claimedList := &corev1.NodeList{}
-		if err := c.reader.List(ctx, claimedList, client.MatchingLabelsSelector{Selector: claimedFor}); err != nil {
-			finishAll(pending, err)
-			return
-		}
-		var standbyReader client.Reader = c.client
-		if attempt > 0 {
-			standbyReader = c.reader
-		}
-		standby := &corev1.NodeList{}
-		if err := standbyReader.List(ctx, standby, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}); err != nil {
-			finishAll(pending, err)
-			return
-		}
-
-		byName := map[string]*corev1.Node{}
-		claimedBy := map[string][]*corev1.Node{}
-		for i := range claimedList.Items {
-			n := &claimedList.Items[i]
-			byName[n.Name] = n
-			if nodeutil.State(n) != v1alpha1.NodeStateActive {
-				// Handed off (draining) since an earlier decision for the Node — a rebalance
-				// recommendation's pre-resume — and cordoned: it holds nothing more.
-				continue
-			}
-			owner := n.Labels[v1alpha1.LabelResumedFor]
-			claimedBy[owner] = append(claimedBy[owner], n)
-		}
-		var candidates []poolNode
-		for i := range standby.Items {
-			n := &standby.Items[i]
-			if _, claimed := byName[n.Name]; claimed || nodeutil.Pool(n) == "" || nodeutil.InstanceID(n) == "" || n.Labels[v1alpha1.LabelResumedFor] != "" {
-				continue
-			}
-			byName[n.Name] = n
-			candidates = append(candidates, poolNodeOf(n, c.daemonSetPodsOn(ctx, n.Name)))
-		}
-		demands := make([]demand, 0, len(pending))
-		for _, d := range pending {
-			dm := demand{Node: d.node.Name, Items: d.items, DaemonSets: d.daemonSets, Pools: d.pools}
-			for _, n := range claimedBy[d.node.Name] {
-				dm.Claimed = append(dm.Claimed, poolNodeOf(n, c.daemonSetPodsOn(ctx, n.Name)))
-			}
-			demands = append(demands, dm)
-		}
-		plans := c.reservePlans(demands, candidates)
-
-		// Claim first (the durable record, with a resourceVersion precondition so a Node is
-		// never claimed twice), then start.
-		now := c.clock.Now()
-		type claimResult struct {
-			node     *corev1.Node
-			conflict bool
-			err      error
-		}
-		results := make([][]claimResult, len(pending))
-		var wg sync.WaitGroup
-		for k, d := range pending {
-			d.plan = plans[d.node.Name]
-			results[k] = make([]claimResult, len(d.plan.Resume))
-			for idx, name := range d.plan.Resume {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					n := byName[name].DeepCopy()
-					before := n.DeepCopy()
-					nodeutil.EnsureMaps(n)
-					n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
-					n.Labels[v1alpha1.LabelResumedFor] = d.node.Name
-					n.Annotations[v1alpha1.AnnotationActivatedAt] = nodeutil.FormatTime(now)
-					n.Annotations[v1alpha1.AnnotationInterruptedAt] = d.node.Annotations[v1alpha1.AnnotationInterruptedAt]
-					err := c.client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-					switch {
-					case err == nil:
-						results[k][idx] = claimResult{node: n}
-					case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-						// Someone changed the candidate (another writer claimed it, or the
-						// cached copy was stale): plan again.
-						results[k][idx] = claimResult{conflict: true}
-					default:
-						results[k][idx] = claimResult{err: fmt.Errorf("claim %s: %w", name, err)}
-					}
-				}()
-			}
-		}
-		wg.Wait()
-
-		var again []*decision
-		for k, d := range pending {
-			var (
-				conflict bool
-				errs     []error
-			)
-			d.toStart = d.toStart[:0]
-			d.toStart = append(d.toStart, claimedBy[d.node.Name]...)
-			for _, r := range results[k] {
-				switch {
-				case r.err != nil:
-					errs = append(errs, r.err)
-				case r.conflict:
-					conflict = true
-				default:
-					d.toStart = append(d.toStart, r.node)
-				}
-			}
-			switch {
-			case len(errs) > 0:
-				d.finish(decisionResult{err: errors.Join(errs...)})
-			case conflict:
-				again = append(again, d)
-			}
-		}
-		pending = again
-	}
-}
-
-func finishAll(ds []*decision, err error) {
-	for _, d := range ds {
-		d.finish(decisionResult{err: err})
-	}
-}
-
-// requirementIn selects objects whose label key has one of values.
-func requirementIn(key string, values []string) (labels.Selector, error) {
-	req, err := labels.NewRequirement(key, selection.In, values)
-	if err != nil {
-		return nil, err
-	}
-	return labels.NewSelector().Add(*req), nil
-}
-
-// daemonSetPodsOn are the DaemonSet Pods bound to a pool node, from the cache (a pool node
-// holds few Pods). A failed read counts none.
-func (c *Controller) daemonSetPodsOn(ctx context.Context, node string) []corev1.Pod {
-	pods := &corev1.PodList{}
-	if err := c.client.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node}); err != nil {
-		return nil
-	}
-	out := pods.Items[:0]
-	for _, p := range pods.Items {
-		if nodeutil.IsDaemonSetPod(&p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// startAll starts the instances of every node the batch claimed with one StartInstances call
-// (cloud.BatchResumer; one call per instance, in parallel, where the implementation lacks it).
-// A node whose instance has no capacity (ICE) is terminated and unclaimed, and its interrupted
-// Node requeued to plan again with the remaining standby nodes; other per-instance errors fail
-// their Node's decision (retried with backoff). Nodes started by an earlier pass are skipped:
-// the activator re-drives them if they do not come up.
-func (c *Controller) startAll(ctx context.Context, decisions []*decision) {
-	owner := map[string]*decision{}
-	nodeOf := map[string]*corev1.Node{}
-	var ids []string
-	for _, d := range decisions {
-		if d.finished {
-			continue
-		}
-		for _, n := range d.toStart {
-			id := nodeutil.InstanceID(n)
-			if n.Annotations[v1alpha1.AnnotationStartRequestedAt] != "" || id == "" {
-				continue
-			}
-			if _, dup := nodeOf[id]; dup {
-				continue
-			}
-			owner[id], nodeOf[id] = d, n
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return
-	}
-	sort.Strings(ids)
-	results := cloud.ResumeAll(ctx, c.cloud, ids)
-	startedAt := c.clock.Now()
-
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs = map[*decision][]error{}
-		ice  = map[*decision]bool{}
-	)
-	for _, id := range ids {
-		n, d := nodeOf[id], owner[id]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ferr, iceErr := afterResume(ctx, c.client, c.cloud, c.recorder, n, results[id])
-			if ferr == nil && iceErr == nil {
-				if !d.noticeAt.IsZero() {
-					metrics.ResumeSeconds.WithLabelValues("start_instances").Observe(startedAt.Sub(d.noticeAt).Seconds())
-				}
-				before := n.DeepCopy()
-				nodeutil.EnsureMaps(n)
-				n.Annotations[v1alpha1.AnnotationStartRequestedAt] = nodeutil.FormatTime(startedAt)
-				if perr := c.client.Patch(ctx, n, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
-					klog.FromContext(ctx).Error(perr, "Recording StartInstances on the node", "node", klog.KObj(n))
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if iceErr != nil {
-				ice[d] = true
-			}
-			if ferr != nil {
-				errs[d] = append(errs[d], ferr)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, d := range decisions {
-		switch {
-		case d.finished:
-		case len(errs[d]) > 0:
-			d.finish(decisionResult{err: errors.Join(errs[d]...)})
-		case ice[d]:
-			d.finish(decisionResult{requeue: true})
-		}
-	}
-}
-
-// recordAll records the decisions of the batch's Nodes that got this far (their claimed nodes
-// are started), in parallel, each on the copy its plan was made from.
-func (c *Controller) recordAll(ctx context.Context, decisions []*decision) {
-	var wg sync.WaitGroup
-	for _, d := range decisions {
-		if d.finished {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.finish(c.record(ctx, d))
-		}()
-	}
-	wg.Wait()
-}
-
-// errMarkChanged: the Node was re-marked (an interruption after a rebalance recommendation)
-// while its decision was being made for the earlier mark.
-var errMarkChanged = errors.New("interruption mark changed during the decision")
-
-// record writes the Node's decision: the names of its lifeboat nodes, or "none". If the Node
-// was re-marked since the plan, nothing is written and the Node is requeued: the decision is
-// made again for the new mark, counting what this one claimed.
-func (c *Controller) record(ctx context.Context, d *decision) decisionResult {
-	log := klog.FromContext(ctx).WithValues("node", d.node.Name)
-	decisionValue := "none"
-	var names []string
-	for _, n := range d.toStart {
-		names = append(names, n.Name)
-	}
-	sort.Strings(names)
-	if len(names) > 0 {
-		decisionValue = strings.Join(names, ",")
-	}
-	// The decision goes on the copy the plan was made from (precondition: nothing changed it
-	// since); on a conflict, on a fresh read.
-	fresh := d.node.DeepCopy()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if fresh == nil {
-			fresh = &corev1.Node{}
-			if err := c.reader.Get(ctx, types.NamespacedName{Name: d.node.Name}, fresh); err != nil {
-				return err
-			}
-			if !sameMark(fresh, d.node) {
-				return errMarkChanged
-			}
-		}
-		defer func() { fresh = nil }()
-		before := fresh.DeepCopy()
-		nodeutil.EnsureMaps(fresh)
-		fresh.Annotations[v1alpha1.AnnotationResumeDecision] = decisionValue
-		return c.client.Patch(ctx, fresh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	})
-	switch {
-	case apierrors.IsNotFound(err):
-		return decisionResult{}
-	case errors.Is(err, errMarkChanged):
-		log.V(1).Info("Interruption mark changed during the decision; planning again", "planned", decisionValue)
-		return decisionResult{requeue: true}
-	case err != nil:
-		return decisionResult{err: fmt.Errorf("record decision: %w", err)}
-	}
-	c.decided.Store(d.node.Name, struct{}{})
-	// Telemetry after the decision, off the path from notice to StartInstances; it is
-	// idempotent per Node, so a repeated pass records nothing twice.
-	if c.telemetry != nil {
-		if _, err := c.telemetry.Record(ctx, d.node.Name, pooltelemetry.PoolKeyFromLabels(d.node.Labels), d.noticeAt); err != nil {
-			log.Error(err, "Recording interruption telemetry")
-		}
-	}
-	switch {
-	case len(d.plan.Unplaced) > 0:
-		metrics.ResumeDecisions.WithLabelValues("insufficient_standby").Inc()
-		c.recorder.Eventf(d.node, nil, corev1.EventTypeWarning, v1alpha1.EventNoStandby, "Resume", "Resumed %s; %d protected Pods fit no standby node (%s): raise the WarmPool size", decisionValue, len(d.plan.Unplaced), strings.Join(d.plan.Unplaced, ", "))
-	case len(names) == 0:
-		metrics.ResumeDecisions.WithLabelValues("none_needed").Inc()
-	default:
-		metrics.ResumeDecisions.WithLabelValues("resumed").Inc()
-		c.recorder.Eventf(d.node, nil, corev1.EventTypeNormal, v1alpha1.EventResumed, "Resume", "Resumed %s for %d protected Pods", decisionValue, len(d.items))
-	}
-	log.V(1).Info("Resume decision", "resumed", decisionValue, "pods", len(d.items), "daemonSetPods", len(d.daemonSets), "unplaced", len(d.plan.Unplaced))
-	return decisionResult{}
+	return node, nil, nil, nil
 }
 
 // ResumeNode starts a claimed node's instance. On insufficient capacity (the instance type of a

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -29,6 +28,8 @@ type fakeInstances struct {
 	resumed map[string]int
 	ice     map[string]bool
 	gone    map[string]bool
+	// running: instances started before the test (a crash after StartInstances).
+	running map[string]bool
 	// batches are the ResumeAll calls (StartInstances with many IDs), in order.
 	batches [][]string
 }
@@ -66,7 +67,14 @@ func (f *fakeInstances) Terminate(_ context.Context, id string) error {
 	return nil
 }
 func (f *fakeInstances) List(context.Context, string) ([]cloud.Instance, error) { return nil, nil }
+
+// Get reports an instance running once resumed (or listed in running), else stopped.
 func (f *fakeInstances) Get(_ context.Context, id string) (*cloud.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.resumed[id] > 0 || f.running[id] {
+		return &cloud.Instance{ID: id, State: cloud.StateRunning}, nil
+	}
 	return &cloud.Instance{ID: id, State: cloud.StateStopped}, nil
 }
 
@@ -100,10 +108,7 @@ func protectedPod(name, node, cpu string) *corev1.Pod {
 
 func setup(t *testing.T, objs ...client.Object) (*Controller, client.Client, *fakeInstances, *clocktesting.FakeClock) {
 	t.Helper()
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
-		Build()
+	c := fakeStore(objs...)
 	f := &fakeInstances{resumed: map[string]int{}, ice: map[string]bool{}, gone: map[string]bool{}}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
 	return New(c, c, f, clk, events.NewFakeRecorder(100), nil), c, f, clk
@@ -143,12 +148,12 @@ func TestDuplicatesResumeOnce(t *testing.T) {
 	ctx := context.Background()
 	// The same notice five times, interleaved with a state-change for the same instance.
 	for i := 0; i < 5; i++ {
-		if err := ctrl.HandleMessage(ctx, spotMessage("i-spot1")); err != nil {
+		if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
 			t.Fatal(err)
 		}
 		drain(t, ctrl)
 	}
-	if err := ctrl.HandleMessage(ctx, cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}}); err != nil {
+	if err := deliver(t, ctrl, cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}})[0]; err != nil {
 		t.Fatal(err)
 	}
 	drain(t, ctrl)
@@ -196,7 +201,7 @@ func TestRestartAfterClaimDoesNotResumeMore(t *testing.T) {
 func TestICEOnResumeTerminatesAndResumesAnother(t *testing.T) {
 	ctrl, c, f, _ := setup(t, spotNode("spot-1", "i-spot1"), standbyNode("sb-1", "i-sb1", "8"), standbyNode("sb-2", "i-sb2", "4"), protectedPod("a", "spot-1", "2"))
 	f.ice["i-sb1"] = true // the largest candidate is chosen first and has no capacity
-	if err := ctrl.HandleMessage(context.Background(), spotMessage("i-spot1")); err != nil {
+	if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
 		t.Fatal(err)
 	}
 	drain(t, ctrl)
@@ -219,7 +224,7 @@ func TestPoolInstancesAndUnknownInstancesAreIgnored(t *testing.T) {
 		spotMessage("i-unknown"),
 		{Kind: cloudinterruption.KindRebalanceRecommendation, InstanceIDs: []string{"i-sb1"}},
 	} {
-		if err := ctrl.HandleMessage(ctx, m); err != nil {
+		if err := deliver(t, ctrl, m)[0]; err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,12 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -23,30 +20,10 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
 
-// poolStore is fakeStore with the WarmPool kind registered (the rebalance policy is a pool's).
+// poolStore is fakeStore (the rebalance policy is a pool's).
 func poolStore(t *testing.T, objs ...client.Object) client.WithWatch {
 	t.Helper()
-	copies := make([]client.Object, 0, len(objs))
-	for _, o := range objs {
-		copies = append(copies, o.DeepCopyObject().(client.Object))
-	}
-	return fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(copies...).
-		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
-		Build()
-}
-
-// testScheme is client-go's scheme and Lifeboat's kinds.
-func testScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	return scheme
+	return fakeStore(objs...)
 }
 
 func warmPoolWith(name string, policy v1alpha1.RebalancePolicy) *v1alpha1.WarmPool {
@@ -67,7 +44,7 @@ func rebalanceMarked() *corev1.Node {
 
 func handle(t *testing.T, ctrl *Controller, msgs ...cloudinterruption.Message) {
 	t.Helper()
-	for i, err := range ctrl.HandleBatch(context.Background(), msgs) {
+	for i, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -200,12 +177,16 @@ func TestInterruptionDuringPreResumeDecision(t *testing.T) {
 	var (
 		ctrl  *Controller
 		raced atomic.Bool
+		errc  = make(chan error, 1)
 	)
 	c := interceptor.NewClient(store, interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 		a := obj.GetAnnotations()
 		if obj.GetName() == "spot-1" && a[v1alpha1.AnnotationResumeDecision] != "" && a[v1alpha1.AnnotationInterruptionSource] == SourceRebalance && !raced.Swap(true) {
-			if err := ctrl.HandleMessage(ctx, spotMessage("i-spot1")); err != nil {
-				return err
+			// The interruption arrives while the recommendation's decision is written; its
+			// handler waits for its own decision, so it runs on its own.
+			go func() { errc <- ctrl.HandleMessage(context.Background(), spotMessage("i-spot1")) }()
+			for n := ctrl.pendingNotice("spot-1"); n == nil || ctrl.sourceOf(n) == SourceRebalance; n = ctrl.pendingNotice("spot-1") {
+				time.Sleep(time.Millisecond)
 			}
 		}
 		return cl.Patch(ctx, obj, patch, opts...)
@@ -213,6 +194,17 @@ func TestInterruptionDuringPreResumeDecision(t *testing.T) {
 	ctrl, f := newController(c, store)
 
 	handle(t, ctrl, rebalanceMessage("i-spot1"))
+	for waiting := true; waiting; {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting = false
+		case <-time.After(2 * time.Millisecond):
+			drainConcurrently(t, ctrl)
+		}
+	}
 	a := annotationsOf(t, store, "spot-1")
 	if !raced.Load() || a[v1alpha1.AnnotationResumeDecision] != "sb-1" || f.resumed["i-sb1"] != 1 || totalResumed(f) != 1 {
 		t.Fatalf("raced %v annotations %v resumed %v, want the interruption's decision sb-1", raced.Load(), a, f.resumed)
@@ -254,7 +246,7 @@ func TestPreResumePoolsReadError(t *testing.T) {
 	t.Run("notice", func(t *testing.T) {
 		store := poolStore(t, warmPoolWith("pre", v1alpha1.RebalancePreResume), spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"))
 		ctrl, f := newController(interceptor.NewClient(store, failing), store)
-		if err := ctrl.HandleMessage(context.Background(), rebalanceMessage("i-spot1")); !errors.Is(err, errList) {
+		if err := deliver(t, ctrl, rebalanceMessage("i-spot1"))[0]; !errors.Is(err, errList) {
 			t.Fatalf("HandleMessage = %v, want the list error", err)
 		}
 		drainConcurrently(t, ctrl)

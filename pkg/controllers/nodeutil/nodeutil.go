@@ -29,6 +29,9 @@ func InstanceID(n *corev1.Node) string {
 
 // State is the Node's pool state (empty for a Node outside any pool or not yet labelled).
 func State(n *corev1.Node) v1alpha1.NodeState {
+	if n == nil {
+		return ""
+	}
 	return v1alpha1.NodeState(n.Labels[v1alpha1.LabelState])
 }
 

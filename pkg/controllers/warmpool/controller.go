@@ -37,6 +37,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sizing"
@@ -149,6 +150,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	desired, sizeNote := c.desired(ctx, pool, protected, nodeList.Items)
 
+	claimed, err := c.claimedInstances(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	now := c.clock.Now()
 	plan := Decide(Observed{
 		Desired: desired, Slots: pool.Status.Slots, Instances: instances, Nodes: nodes, Images: images,
@@ -156,6 +161,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		MaxStandbyAge:  durationOr(pool.Spec.MaxStandbyAge, 720*time.Hour),
 		BootTimeout:    c.opts.BootTimeout, HibernateRetry: c.opts.HibernateRetry, Now: now,
 		KeepClaimed: pool.Spec.AfterUse == v1alpha1.AfterUseRehibernate,
+		Claimed:     claimed,
 	})
 
 	// The slot table first: a launch's generation must be durable before RunInstances, so a
@@ -219,6 +225,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: c.opts.Busy}, nil
 	}
 	return reconcile.Result{RequeueAfter: c.opts.Resync}, nil
+}
+
+// claimedInstances are the instances in the resume ledger (claimed for an interruption, their
+// Nodes not labelled yet), from the cache.
+func (c *Controller) claimedInstances(ctx context.Context) (map[string]bool, error) {
+	cm := &corev1.ConfigMap{}
+	if err := c.client.Get(ctx, ledger.Key(c.opts.Namespace), cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the resume ledger: %w", err)
+	}
+	return ledger.InstanceIDs(cm), nil
 }
 
 func durationOr(d *metav1.Duration, def time.Duration) time.Duration {

@@ -34,7 +34,10 @@ type Observed struct {
 	// controller returns it to warming after its handoff and it is hibernated again. If it is
 	// terminated instead (fallback), the slot refills as for any vanished instance.
 	KeepClaimed bool
-	Now         time.Time
+	// Claimed are the instance IDs in the resume ledger: claimed for an interruption, their
+	// Nodes not labelled yet. They are serving, as active Nodes are.
+	Claimed map[string]bool
+	Now     time.Time
 }
 
 // Launch is a RunInstances for a slot's generation.
@@ -134,8 +137,8 @@ func Decide(o Observed) Plan {
 		plan.Launch = append(plan.Launch, Launch{Slot: s, Generation: st.Generation})
 		plan.Warming++
 		if in != nil && !gone(in) {
-			if n := nodeOf(o, in); n == nil || !isServing(n) {
-				plan.terminate(Terminate{InstanceID: in.ID, Node: nodeName(n), Reason: reason, Degraded: degraded})
+			if !o.serving(in) {
+				plan.terminate(Terminate{InstanceID: in.ID, Node: nodeName(nodeOf(o, in)), Reason: reason, Degraded: degraded})
 			}
 		}
 	}
@@ -167,11 +170,11 @@ func Decide(o Observed) Plan {
 			plan.SlotsChanged = true
 		}
 		node := nodeOf(o, in)
-		if node != nil && isServing(node) {
+		if o.serving(in) {
 			if o.KeepClaimed {
 				// Lent to an interruption; it comes back to this slot after its handoff.
 				keep[in.ID] = true
-				if nodeutil.State(node) == v1alpha1.NodeStateActive {
+				if nodeutil.State(node) != v1alpha1.NodeStateDraining {
 					plan.Active++
 				} else {
 					plan.Draining++
@@ -249,12 +252,11 @@ func Decide(o Observed) Plan {
 			continue
 		}
 		node := nodeOf(o, in)
-		if node != nil && isServing(node) {
-			switch nodeutil.State(node) {
-			case v1alpha1.NodeStateActive:
-				plan.Active++
-			case v1alpha1.NodeStateDraining:
+		if o.serving(in) {
+			if nodeutil.State(node) == v1alpha1.NodeStateDraining {
 				plan.Draining++
+			} else {
+				plan.Active++
 			}
 			continue
 		}
@@ -284,6 +286,16 @@ func nodeName(n *corev1.Node) string {
 		return ""
 	}
 	return n.Name
+}
+
+// serving: the instance is claimed for an interruption — in the resume ledger, or its Node
+// active — or being handed off.
+func (o Observed) serving(in *cloud.Instance) bool {
+	if o.Claimed[in.ID] {
+		return true
+	}
+	n := nodeOf(o, in)
+	return n != nil && isServing(n)
 }
 
 // isServing: the Node was claimed for an interruption (active) or is being handed off.

@@ -95,6 +95,15 @@ func keepClaimed(o Observed) Observed {
 	return o
 }
 
+// ledgerClaimed: the instances are in the pool's resume ledger.
+func ledgerClaimed(o Observed, ids ...string) Observed {
+	o.Claimed = map[string]bool{}
+	for _, id := range ids {
+		o.Claimed[id] = true
+	}
+	return o
+}
+
 func TestDecide(t *testing.T) {
 	tests := []struct {
 		name string
@@ -238,6 +247,29 @@ func TestDecide(t *testing.T) {
 			counts:          [4]int32{1, 0, 1, 0},
 			slotsChanged:    true,
 			wantGenerations: []int32{1},
+		},
+		{
+			name: "in the resume ledger, started, Node still labelled standby: serving — neither warmed, hibernated nor replaced; the slot refills",
+			obs: ledgerClaimed(observed(1, slots(0), []cloud.Instance{inst("i-1", 0, 0, cloud.StateRunning)},
+				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateStandby, true, withImages("nginx"))}, "nginx"), "i-1"),
+			launch:          []Launch{{0, 1}},
+			counts:          [4]int32{1, 0, 1, 0},
+			slotsChanged:    true,
+			wantGenerations: []int32{1},
+		},
+		{
+			name: "in the resume ledger, not started yet, old generation: not terminated",
+			obs: ledgerClaimed(observed(1, slots(1), []cloud.Instance{inst("i-0", 0, 0, cloud.StateStopped), inst("i-1", 0, 1, cloud.StateStopped)},
+				map[string]*corev1.Node{"i-0": mknode("n0", v1alpha1.NodeStateStandby, false), "i-1": mknode("n1", v1alpha1.NodeStateStandby, false)}), "i-0"),
+			counts:          [4]int32{0, 1, 1, 0},
+			wantGenerations: []int32{1},
+		},
+		{
+			name: "afterUse Rehibernate, in the resume ledger: keeps its slot, counted active",
+			obs: ledgerClaimed(keepClaimed(observed(1, slots(0), []cloud.Instance{inst("i-1", 0, 0, cloud.StateRunning)},
+				map[string]*corev1.Node{"i-1": mknode("n1", v1alpha1.NodeStateStandby, true)})), "i-1"),
+			counts:          [4]int32{0, 0, 1, 0},
+			wantGenerations: []int32{0},
 		},
 		{
 			name: "afterUse Rehibernate: a claimed instance keeps its slot, nothing launches",
