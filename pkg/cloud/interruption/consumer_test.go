@@ -172,21 +172,11 @@ func TestConsumerDeletesUnparsableAndRedeliversFailures(t *testing.T) {
 // TestConsumerHandlesBatchConcurrently: the messages of one receive batch are handled at the
 // same time, never more than Workers at once, and each is deleted after its own handling.
 func TestConsumerHandlesBatchConcurrently(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{})
-	o := s.ClientOptions()
-	c, err := awsclient.New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-interruption")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := aws.ToString(q.QueueUrl)
+	s, sqsAPI, url := newQueue(t, "lifeboat-interruption", false)
 	const events, workers = 10, 3
 	// All messages are queued before the consumer starts, so its first receive gets a batch.
 	for i := range events {
-		if _, err := c.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent(fmt.Sprintf("evt-%d", i), fmt.Sprintf("i-%017x", i)))}); err != nil {
+		if _, err := sqsAPI.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent(fmt.Sprintf("evt-%d", i), fmt.Sprintf("i-%017x", i)))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +212,7 @@ func TestConsumerHandlesBatchConcurrently(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
-	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, Workers: workers}
+	consumer := &interruption.Consumer{SQS: sqsAPI, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, Workers: workers}
 	go func() { stopped <- consumer.Run(ctx, handle) }()
 	timeout := time.After(20 * time.Second)
 	for range events {
@@ -256,25 +246,14 @@ func TestConsumerHandlesBatchConcurrently(t *testing.T) {
 // slice (the unparsable one is deleted without reaching the handler), deletes the handled
 // ones and leaves a failed one for redelivery.
 func TestConsumerHandsBatchOver(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{})
-	o := s.ClientOptions()
-	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
-	c, err := awsclient.New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-batch")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := aws.ToString(q.QueueUrl)
+	s, sqsAPI, url := newQueue(t, "lifeboat-batch", true)
 	// Queued before the consumer runs: one receive takes them all.
 	bodies := []string{"not an event"}
 	for i := range 6 {
 		bodies = append(bodies, spotEvent(fmt.Sprintf("evt-%d", i), fmt.Sprintf("i-00000000000000%03d", i)))
 	}
 	for _, b := range bodies {
-		if _, err := c.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)}); err != nil {
+		if _, err := sqsAPI.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -303,7 +282,7 @@ func TestConsumerHandsBatchOver(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: time.Second, ErrorBackoff: time.Millisecond}
+	consumer := &interruption.Consumer{SQS: sqsAPI, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: time.Second, ErrorBackoff: time.Millisecond}
 	go func() { done <- consumer.RunBatches(ctx, handle) }()
 	timeout := time.After(20 * time.Second)
 	for range 6 {
@@ -329,21 +308,10 @@ func TestConsumerHandsBatchOver(t *testing.T) {
 // first batch's handler holds until a second notice, sent after it was received, is handed over
 // in its own batch; with InFlightBatches 1 that would never happen.
 func TestConsumerBatchesInFlight(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{})
-	o := s.ClientOptions()
-	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
-	c, err := awsclient.New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String("lifeboat-inflight")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := aws.ToString(q.QueueUrl)
+	s, sqsAPI, url := newQueue(t, "lifeboat-inflight", true)
 	send := func(id string) {
 		t.Helper()
-		if _, err := c.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent("evt-"+id, id))}); err != nil {
+		if _, err := sqsAPI.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent("evt-"+id, id))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -364,7 +332,7 @@ func TestConsumerBatchesInFlight(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	consumer := &interruption.Consumer{SQS: c.SQS, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, ErrorBackoff: time.Millisecond}
+	consumer := &interruption.Consumer{SQS: sqsAPI, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, ErrorBackoff: time.Millisecond}
 	go func() { done <- consumer.RunBatches(ctx, handle) }()
 	select {
 	case <-first:
@@ -382,4 +350,23 @@ func TestConsumerBatchesInFlight(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newQueue starts an emulator with a queue of that name; fast retries if fast.
+func newQueue(t *testing.T, name string, fast bool) (*awsemu.Server, *sqs.Client, string) {
+	t.Helper()
+	s := awsemu.StartT(t, awsemu.Options{})
+	o := s.ClientOptions()
+	if fast {
+		o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
+	}
+	c, err := awsclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.SQS.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c.SQS, aws.ToString(q.QueueUrl)
 }
