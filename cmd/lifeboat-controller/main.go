@@ -51,7 +51,7 @@ func main() {
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader among replicas (lease "+v1alpha1.DefaultNamespace+"/lifeboat-controller, not the scheduler's).")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", v1alpha1.DefaultNamespace, "Namespace of the leader election lease.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "lifeboat-controller", "Name of the leader election lease.")
-	fs.StringVar(&o.namespace, "namespace", v1alpha1.DefaultNamespace, "Lifeboat's namespace (pre-pull Pods, telemetry ConfigMap).")
+	fs.StringVar(&o.namespace, "namespace", v1alpha1.DefaultNamespace, "Lifeboat's namespace (pre-pull Pods, telemetry and resume-ledger ConfigMaps).")
 	fs.DurationVar(&o.telemetryWindow, "telemetry-window", time.Hour, "Sliding window of the capacity-pool interruption telemetry.")
 	fs.DurationVar(&o.bootTimeout, "boot-timeout", 10*time.Minute, "Replace a launched instance whose Node has not registered by then.")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "Steady-state re-list period of each WarmPool's instances.")
@@ -89,7 +89,7 @@ func run(ctx context.Context, o options) error {
 	cfg.QPS, cfg.Burst = o.kubeQPS, o.kubeBurst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controllers.Scheme(),
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         controllers.CacheOptions(o.namespace),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.healthAddr,
 		LeaderElection:                o.leaderElect,

@@ -43,11 +43,17 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// CacheOptions limits the Event informer to Karpenter's SpotInterrupted events: the controller
-// needs no other Event, and a cluster-wide Event cache is large.
-func CacheOptions() cache.Options {
+// CacheOptions limits the Event informer to Karpenter's SpotInterrupted events (the controller
+// needs no other Event, and a cluster-wide Event cache is large) and the ConfigMap informer to
+// Lifeboat's namespace (its telemetry and resume ledger; the controller's Role grants nothing
+// wider, so a cluster-wide informer would never sync). namespace "" is lifeboat-system.
+func CacheOptions(namespace string) cache.Options {
+	if namespace == "" {
+		namespace = v1alpha1.DefaultNamespace
+	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Event{}: {Field: fields.OneTermEqualSelector("reason", interruption.KarpenterReasonSpotInterrupted)},
+		&corev1.Event{}:     {Field: fields.OneTermEqualSelector("reason", interruption.KarpenterReasonSpotInterrupted)},
+		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{namespace: {}}},
 	}}
 }
 

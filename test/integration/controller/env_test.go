@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,13 +46,15 @@ func fastDelays() awsemu.Delays {
 type env struct {
 	t testing.TB
 	// wrap, if set, wraps the manager's API transport (benchmarks count requests).
-	wrap    func(http.RoundTripper) http.RoundTripper
-	cluster *cluster.Cluster
-	client  client.Client
-	emu     *awsemu.Server
-	queue   string
-	inst    cloud.Instances
-	opts    awsclient.Options
+	wrap func(http.RoundTripper) http.RoundTripper
+	// impersonate, if set, runs the manager as that ServiceAccount user (its RBAC only).
+	impersonate string
+	cluster     *cluster.Cluster
+	client      client.Client
+	emu         *awsemu.Server
+	queue       string
+	inst        cloud.Instances
+	opts        awsclient.Options
 }
 
 func crdDir(t testing.TB) string {
@@ -153,9 +157,13 @@ func (e *env) startManager() *manager {
 	if e.wrap != nil {
 		cfg.Wrap(e.wrap)
 	}
+	if e.impersonate != "" {
+		ns := strings.Split(e.impersonate, ":")
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: e.impersonate, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns[2], "system:authenticated"}}
+	}
 	cfg.QPS, cfg.Burst = 200, 400
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: controllers.Scheme(), Cache: controllers.CacheOptions(),
+		Scheme: controllers.Scheme(), Cache: controllers.CacheOptions(""),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Logger: klog.Background(),
 		// Tests restart the manager in-process (crash-safety); controller names repeat.
