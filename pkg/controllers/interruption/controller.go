@@ -311,19 +311,10 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 	waits := map[string]*notice{}
 	for _, name := range order {
 		t := targets[name]
-		if !needsMark(t.node, t.source) {
-			// Marked already: the decision follows from the mark.
-			c.requestDecision(name)
-			continue
+		// A fallback mark's error reaches the message through its notice.
+		if n, _ := c.notice(ctx, t.node, t.source, received); n != nil {
+			waits[name] = n
 		}
-		n := c.addNotice(name, t.source, received)
-		if !c.tryRequestDecision(name) {
-			// The trigger is full: mark now, the Node watch brings the decision.
-			c.batch.forget(name)
-			_, err := c.mark(ctx, t.node, t.source, received)
-			c.resolveNotice(name, n, err)
-		}
-		waits[name] = n
 	}
 	for _, name := range order {
 		n, ok := waits[name]
@@ -362,28 +353,32 @@ func (c *Controller) reconcileKarpenterEvent(ctx context.Context, req reconcile.
 	if err := c.client.Get(ctx, types.NamespacedName{Name: nodeName}, node); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	return reconcile.Result{}, c.notice(ctx, node, SourceKarpenterEvent, c.clock.Now())
+	_, err := c.notice(ctx, node, SourceKarpenterEvent, c.clock.Now())
+	return reconcile.Result{}, err
 }
 
-// notice asks for the decision of a Node a durable notice names (Karpenter's Event stays in
-// the API server, and a restart lists it again): like a queue notice, its mark is written with
-// the decision, after StartInstances. If the decision cannot be requested now, the Node is
-// marked instead (the Node watch brings the decision).
-func (c *Controller) notice(ctx context.Context, node *corev1.Node, source string, at time.Time) error {
+// notice asks for the decision of a Node a durable notice names (a queue message is deleted
+// only once the notice is resolved; Karpenter's Event stays in the API server, and a restart
+// lists it again): its mark is written with the decision, after StartInstances. It returns the
+// Node's pending notice, or nil if the Node needs no mark (a pool node, or marked already: the
+// decision follows from the mark). If the decision cannot be requested now, the Node is marked
+// instead (the Node watch brings the decision) and the notice resolved with the mark's error.
+func (c *Controller) notice(ctx context.Context, node *corev1.Node, source string, at time.Time) (*notice, error) {
 	if nodeutil.Pool(node) != "" {
-		return nil
+		return nil, nil
 	}
 	if !needsMark(node, source) {
 		c.requestDecision(node.Name)
-		return nil
+		return nil, nil
 	}
 	n := c.addNotice(node.Name, source, at)
 	if c.tryRequestDecision(node.Name) {
-		return nil
+		return n, nil
 	}
+	c.batch.forget(node.Name)
 	_, err := c.mark(ctx, node, source, at)
 	c.resolveNotice(node.Name, n, err)
-	return err
+	return n, err
 }
 
 // Mark records the interruption on the Node (taint lifeboat.dev/interrupted, annotations) once,
