@@ -516,6 +516,31 @@ func TestCacheLagsOwnClaim(t *testing.T) {
 	}
 }
 
+// TestCacheMissesFreshPods: the notice comes right after the protected Pods were bound, before
+// the cache shows them. The decision does not settle for "none" on the cache's word: the API
+// server's list of the Node's Pods has them, and their lifeboat is resumed.
+func TestCacheMissesFreshPods(t *testing.T) {
+	spot, sb := spotNode("spot-1", "i-spot1"), standbyNode("sb-1", "i-sb1", "4")
+	api := fakeStore(spot, protectedPod("a", "spot-1", "3"), sb)
+	ctrl, f := newController(laggingCache(api, spot, sb), api)
+	if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
+		t.Fatal(err)
+	}
+	if f.resumed["i-sb1"] != 1 || decisionOf(t, api, "spot-1") != "sb-1" {
+		t.Fatalf("resumed %v decision %q, want sb-1 for the Pod only the API server shows", f.resumed, decisionOf(t, api, "spot-1"))
+	}
+	// A Node without protected Pods is still decided "none" (after the same check).
+	spot2 := spotNode("spot-2", "i-spot2")
+	api2 := fakeStore(spot2, sb)
+	ctrl2, f2 := newController(laggingCache(api2, spot2, sb), api2)
+	if err := deliver(t, ctrl2, spotMessage("i-spot2"))[0]; err != nil {
+		t.Fatal(err)
+	}
+	if len(f2.resumed) != 0 || decisionOf(t, api2, "spot-2") != "none" {
+		t.Fatalf("resumed %v decision %q, want none", f2.resumed, decisionOf(t, api2, "spot-2"))
+	}
+}
+
 // TestCacheLagsMarkAndDecision: the cache never shows the mark nor the decision. Repeated
 // notices conflict on the mark's precondition (and find it written), and the decision this
 // process recorded is checked against the API server: one resume in all.

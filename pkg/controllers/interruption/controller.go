@@ -569,18 +569,17 @@ func (c *Controller) prepare(ctx context.Context, key types.NamespacedName) (*de
 	if err := c.client.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if nodeutil.IsTerminal(p) {
-			continue
+	r.items, r.daemonSets = podsToPlace(pods.Items)
+	if len(r.items) == 0 {
+		// A decision is made once per interruption, and "none" resumes nothing: before it,
+		// the API server confirms that the Node holds no protected Pod (the cache may not show
+		// Pods bound moments before the notice). Off the batch's path: the Node leaves the
+		// batch it was announced to, so the batch's StartInstances does not wait for the read.
+		c.batch.forget(node.Name)
+		if err := c.reader.List(ctx, pods, client.MatchingFields{IndexPodNodeName: node.Name}); err != nil {
+			return nil, fmt.Errorf("confirm that node %s holds no protected Pod: %w", node.Name, err)
 		}
-		if ds, ok := daemonSetPodOf(p); ok {
-			r.daemonSets = append(r.daemonSets, ds)
-			continue
-		}
-		if p.Labels[v1alpha1.LabelProtected] == "true" {
-			r.items = append(r.items, sizing.Item{Name: p.Namespace + "/" + p.Name, Resources: sizing.PodResources(nodeutil.PodRequests(p))})
-		}
+		r.items, r.daemonSets = podsToPlace(pods.Items)
 	}
 	if node.Annotations[v1alpha1.AnnotationInterruptionSource] == SourceRebalance {
 		if r.pools, err = c.preResumePools(ctx); err != nil {
@@ -588,6 +587,25 @@ func (c *Controller) prepare(ctx context.Context, key types.NamespacedName) (*de
 		}
 	}
 	return r, nil
+}
+
+// podsToPlace sorts a Node's Pods: the protected ones need a place on a lifeboat; the DaemonSet
+// Pods come along (their DaemonSets run on the lifeboat node too); terminal Pods need nothing.
+func podsToPlace(pods []corev1.Pod) (items []sizing.Item, daemonSets []daemonSetPod) {
+	for i := range pods {
+		p := &pods[i]
+		if nodeutil.IsTerminal(p) {
+			continue
+		}
+		if ds, ok := daemonSetPodOf(p); ok {
+			daemonSets = append(daemonSets, ds)
+			continue
+		}
+		if p.Labels[v1alpha1.LabelProtected] == "true" {
+			items = append(items, sizing.Item{Name: p.Namespace + "/" + p.Name, Resources: sizing.PodResources(nodeutil.PodRequests(p))})
+		}
+	}
+	return items, daemonSets
 }
 
 // interruptedNode returns the Node if it waits for a decision, else nil. It reads the cache

@@ -147,16 +147,7 @@ func (e *env) resumeRound(b *testing.B, out *resumeSamples, prefix string, burst
 	// and a second for the writes they set off (kube-controller-manager, KWOK's Node
 	// heartbeats, the controller's cache) — ten times more of them for ten nodes than for one,
 	// and not what is measured.
-	e.waitFor("the round's Pods Running", 60*time.Second, func(ctx context.Context) (bool, string) {
-		running := 0
-		for _, name := range names {
-			p := &corev1.Pod{}
-			if e.client.Get(ctx, types.NamespacedName{Namespace: "default", Name: name}, p) == nil && p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == len(names), fmt.Sprintf("%d/%d Running", running, len(names))
-	})
+	e.waitFor("the round's Pods Running", 60*time.Second, e.podsRunning("default", names...))
 	time.Sleep(time.Second)
 	sent := time.Now()
 	for i, id := range ids {

@@ -7,6 +7,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -225,6 +226,20 @@ func (e *env) liveInstances(pool string) []awsemu.InstanceView {
 		}
 	}
 	return out
+}
+
+// podsRunning: the named Pods are Running.
+func (e *env) podsRunning(namespace string, names ...string) func(ctx context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		running := 0
+		for _, name := range names {
+			p := &corev1.Pod{}
+			if e.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, p) == nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == len(names), fmt.Sprintf("%d/%d Running", running, len(names))
+	}
 }
 
 // waitFor polls cond until it holds; on timeout it fails with the last description.

@@ -163,6 +163,9 @@ func TestWarmPoolLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The notice comes for Pods that run (a notice right after the bind is a unit test's case:
+	// TestCacheMissesFreshPods).
+	e.waitFor("the protected Pods Running", 30*time.Second, e.podsRunning("default", "protected-0", "protected-1"))
 	startsBefore := e.emu.Calls("StartInstances", "")
 	for i := 0; i < 5; i++ {
 		if _, err := e.emu.SendMessage("lifeboat-interruptions", spotNotice("i-00000000000000a01", i)); err != nil {
@@ -177,7 +180,9 @@ func TestWarmPoolLifecycle(t *testing.T) {
 				ready++
 			}
 		}
-		return ready == 2, fmt.Sprintf("active %d, ready %d", len(active), ready)
+		spot := &corev1.Node{}
+		_ = e.client.Get(ctx, types.NamespacedName{Name: "spot-1"}, spot)
+		return ready == 2, fmt.Sprintf("active %d, ready %d; spot-1 decision %q", len(active), ready, spot.Annotations[v1alpha1.AnnotationResumeDecision])
 	})
 	e.waitFor("the queue to drain", 30*time.Second, func(context.Context) (bool, string) {
 		d := e.emu.QueueDepth("lifeboat-interruptions")
