@@ -127,6 +127,9 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	}
 	if d.Queue != nil {
 		q := d.Queue
+		if q.Gather == nil {
+			q.Gather = intr.Gather
+		}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			return q.RunBatches(ctx, intr.HandleBatch)
 		})); err != nil {

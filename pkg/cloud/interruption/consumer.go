@@ -81,7 +81,33 @@ type Consumer struct {
 	// EC2 throttling can stretch to seconds, and a burst spread over several receives must not
 	// queue behind it). Default 4; 1 receives again only once a batch is handled and deleted.
 	InFlightBatches int
-	Clock           clock.Clock
+	// Gather, if set, keeps the handler's batch open while the consumer looks for the rest of a
+	// burst. SQS's long poll returns as soon as a message is there, so notices sent together
+	// often come in two receives. When a receive returns fewer than MaxMessages, the consumer
+	// calls Gather, hands the batch over, polls once more without waiting (in parallel with the
+	// handling) and hands over what that returns; it calls the release Gather returned once the
+	// follow-up batch's handler has taken it in (Announce), or at once if the poll found nothing.
+	// A handler that batches its work (the interruption controller) holds its batch open until
+	// the release, so that a burst split over two receives is still decided as one batch. Nil:
+	// no follow-up poll.
+	Gather func() (release func())
+	Clock  clock.Clock
+}
+
+type announceKey struct{}
+
+// WithAnnounce returns ctx carrying announce, which Announce calls.
+func WithAnnounce(ctx context.Context, announce func()) context.Context {
+	return context.WithValue(ctx, announceKey{}, announce)
+}
+
+// Announce tells the consumer that a BatchHandler has taken in its batch (registered the work
+// it will wait for): see Consumer.Gather. A handler that never calls it is taken to have done so
+// when it returns.
+func Announce(ctx context.Context) {
+	if f, ok := ctx.Value(announceKey{}).(func()); ok {
+		f()
+	}
 }
 
 // Run receives and handles messages until ctx is done; it returns nil then. A handled or
@@ -116,7 +142,7 @@ func (c *Consumer) RunBatches(ctx context.Context, handle BatchHandler) error {
 		case <-ctx.Done():
 			return nil
 		}
-		msgs, err := c.receive(ctx)
+		msgs, err := c.receive(ctx, c.WaitTime)
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
@@ -131,13 +157,48 @@ func (c *Consumer) RunBatches(ctx context.Context, handle BatchHandler) error {
 			continue
 		}
 		backoff = c.ErrorBackoff
-		inFlight.Add(1)
-		go func() {
-			defer func() { <-slots; inFlight.Done() }()
-			c.processBatch(ctx, msgs, handle)
-		}()
+		if c.Gather == nil || len(msgs) == 0 || len(msgs) >= int(c.MaxMessages) {
+			c.dispatch(ctx, msgs, handle, slots, &inFlight)
+			continue
+		}
+		c.gather(ctx, msgs, handle, slots, &inFlight)
 	}
 	return nil
+}
+
+// dispatch handles a receive batch in the background; it holds a slot, released when done.
+func (c *Consumer) dispatch(ctx context.Context, msgs []sqstypes.Message, handle BatchHandler, slots chan struct{}, inFlight *sync.WaitGroup) {
+	inFlight.Add(1)
+	go func() {
+		defer func() { <-slots; inFlight.Done() }()
+		c.processBatch(ctx, msgs, handle)
+	}()
+}
+
+// gather hands over a receive batch that may be the first part of a burst and looks for the
+// rest at once (see Gather). The follow-up poll needs a free slot: with every slot busy, the
+// next long poll gets the rest.
+func (c *Consumer) gather(ctx context.Context, first []sqstypes.Message, handle BatchHandler, slots chan struct{}, inFlight *sync.WaitGroup) {
+	release := c.Gather()
+	c.dispatch(ctx, first, handle, slots, inFlight)
+	select {
+	case slots <- struct{}{}:
+	default:
+		release()
+		return
+	}
+	more, err := c.receive(ctx, 0)
+	if err != nil || len(more) == 0 {
+		<-slots
+		release()
+		if err != nil && ctx.Err() == nil {
+			// Not an error for the messages in hand: the next long poll tries again.
+			klog.FromContext(ctx).V(1).Info("Follow-up receive failed", "err", err)
+		}
+		return
+	}
+	var once sync.Once
+	c.dispatch(WithAnnounce(ctx, func() { once.Do(release) }), more, handle, slots, inFlight)
 }
 
 // handleEach runs a per-message Handler over a batch with at most Workers messages in flight.
@@ -200,8 +261,12 @@ func (c *Consumer) processBatch(ctx context.Context, raw []sqstypes.Message, han
 		msgs = append(msgs, msg)
 		sources = append(sources, m)
 	}
+	if len(msgs) == 0 {
+		Announce(ctx) // nothing to take in
+	}
 	if len(msgs) > 0 {
 		errs := handle(ctx, msgs)
+		Announce(ctx) // (if the handler did not say so earlier)
 		for i, m := range sources {
 			var err error
 			if i < len(errs) {
@@ -248,11 +313,12 @@ func (c *Consumer) defaults() {
 	}
 }
 
-func (c *Consumer) receive(ctx context.Context) ([]sqstypes.Message, error) {
+// receive polls the queue, waiting up to wait (whole seconds; 0 is a short poll).
+func (c *Consumer) receive(ctx context.Context, wait time.Duration) ([]sqstypes.Message, error) {
 	out, err := c.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(c.QueueURL),
 		MaxNumberOfMessages:         c.MaxMessages,
-		WaitTimeSeconds:             int32(min(c.WaitTime, 20*time.Second) / time.Second),
+		WaitTimeSeconds:             int32(min(wait, 20*time.Second) / time.Second),
 		VisibilityTimeout:           int32(max(c.VisibilityTimeout/time.Second, 1)),
 		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount, sqstypes.MessageSystemAttributeNameSentTimestamp},
 	})

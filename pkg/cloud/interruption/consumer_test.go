@@ -370,3 +370,132 @@ func newQueue(t *testing.T, name string, fast bool) (*awsemu.Server, *sqs.Client
 	}
 	return s, c.SQS, aws.ToString(q.QueueUrl)
 }
+
+// TestConsumerGathersSplitBurst: a receive that returns part of a burst (the rest arrives just
+// after it) is followed at once by a poll without waiting. The first part's handler holds (as
+// the decision batcher does) until the release, which comes once the rest's handler has taken
+// its batch in (Announce) — not after the first part's handling.
+func TestConsumerGathersSplitBurst(t *testing.T) {
+	s, sqsAPI, url := newQueue(t, "lifeboat-gather", true)
+	send := func(id string) {
+		t.Helper()
+		if _, err := sqsAPI.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent("evt-"+id, id))}); err != nil {
+			t.Error(err)
+		}
+	}
+	send("i-00000000000000001")
+	var (
+		mu       sync.Mutex
+		log      []string
+		gathers  int
+		released = make(chan struct{})
+	)
+	note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+	gather := func() func() {
+		mu.Lock()
+		gathers++
+		first := gathers == 1
+		mu.Unlock()
+		if first {
+			// The rest of the burst lands right after the first receive.
+			send("i-00000000000000002")
+			send("i-00000000000000003")
+		}
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				note("release")
+				if first {
+					close(released)
+				}
+			})
+		}
+	}
+	handle := func(ctx context.Context, msgs []interruption.Message) []error {
+		var ids []string
+		for _, m := range msgs {
+			ids = append(ids, m.EventID)
+		}
+		note(fmt.Sprint(ids))
+		if len(msgs) == 1 && msgs[0].EventID == "evt-i-00000000000000001" {
+			select {
+			case <-released:
+			case <-time.After(10 * time.Second):
+				t.Error("the first part's batch was never released")
+			}
+			return nil
+		}
+		note("announcing")
+		interruption.Announce(ctx)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	consumer := &interruption.Consumer{SQS: sqsAPI, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, ErrorBackoff: time.Millisecond, Gather: gather}
+	go func() { done <- consumer.RunBatches(ctx, handle) }()
+	waitEmpty(t, s, "lifeboat-gather")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var rest, releasedAt, announcedAt = -1, -1, -1
+	for i, e := range log {
+		switch e {
+		case "[evt-i-00000000000000002 evt-i-00000000000000003]", "[evt-i-00000000000000003 evt-i-00000000000000002]":
+			rest = i
+		case "release":
+			if releasedAt < 0 {
+				releasedAt = i
+			}
+		case "announcing":
+			announcedAt = i
+		}
+	}
+	if rest < 0 || announcedAt < 0 || releasedAt < announcedAt {
+		t.Fatalf("log %v: want the rest in one follow-up batch, released only once its handler announced", log)
+	}
+	if n := s.Calls("ReceiveMessage", ""); n < 2 {
+		t.Fatalf("%d receives, want the long poll and the follow-up", n)
+	}
+}
+
+// TestConsumerGatherEmptyFollowUp: a lone notice's follow-up poll finds nothing, and the hold
+// ends at once (the handler waits for it, as the decision batcher does); with a full receive no
+// follow-up is made.
+func TestConsumerGatherEmptyFollowUp(t *testing.T) {
+	s, sqsAPI, url := newQueue(t, "lifeboat-gather-empty", true)
+	if _, err := sqsAPI.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(spotEvent("evt-1", "i-00000000000000001"))}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		gathers  int
+		released = make(chan struct{})
+		once     sync.Once
+	)
+	gather := func() func() {
+		gathers++
+		return func() { once.Do(func() { close(released) }) }
+	}
+	handle := func(ctx context.Context, msgs []interruption.Message) []error {
+		select {
+		case <-released:
+		case <-time.After(10 * time.Second):
+			t.Error("the hold never ended")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	consumer := &interruption.Consumer{SQS: sqsAPI, QueueURL: url, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, ErrorBackoff: time.Millisecond, Gather: gather}
+	go func() { done <- consumer.RunBatches(ctx, handle) }()
+	waitEmpty(t, s, "lifeboat-gather-empty")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if gathers != 1 {
+		t.Fatalf("Gather called %d times, want 1", gathers)
+	}
+}

@@ -2,7 +2,9 @@ package interruption
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 )
 
@@ -139,5 +142,83 @@ func TestSplitBurstNoConflict(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	if err := api.Get(context.Background(), ledger.Key(v1alpha1.DefaultNamespace), cm); err != nil || len(cm.Data) != 2 {
 		t.Fatalf("ledger %v (%v), want both claims", cm.Data, err)
+	}
+}
+
+// TestGatheredReceivesAreOneBatch: a burst that the queue returned in two receives, the second
+// taken by the consumer's follow-up poll (Gather). The first part's decision waits in its batch,
+// held open, until the second part is announced: one ledger write, one StartInstances call
+// with both instances.
+func TestGatheredReceivesAreOneBatch(t *testing.T) {
+	var objs []client.Object
+	for _, n := range []string{"1", "2"} {
+		objs = append(objs, spotNode("spot-"+n, "i-spot"+n), protectedPod("p-"+n, "spot-"+n, "3"), standbyNode("sb-"+n, "i-sb"+n, "4"))
+	}
+	api := fakeStore(objs...)
+	ctrl, f := newController(api, api)
+	ctx := context.Background()
+
+	// The controller's workers: each triggered Node's reconcile runs at once.
+	stop := make(chan struct{})
+	var workers sync.WaitGroup
+	go func() {
+		for {
+			select {
+			case ev := <-ctrl.trigger:
+				workers.Add(1)
+				go func() {
+					defer workers.Done()
+					_, _ = ctrl.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: ev.Object.GetName()}})
+				}()
+			case <-stop:
+				return
+			}
+		}
+	}()
+
+	var once sync.Once
+	release := ctrl.Gather()
+	results := make(chan []error, 2)
+	go func() { results <- ctrl.HandleBatch(ctx, []cloudinterruption.Message{spotMessage("i-spot1")}) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctrl.batch.mu.Lock()
+		waiting := len(ctrl.batch.pending)
+		ctrl.batch.mu.Unlock()
+		f.mu.Lock()
+		started := len(f.batches)
+		f.mu.Unlock()
+		if waiting == 1 || started > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first part's decision never joined a batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	f.mu.Lock()
+	early := len(f.batches)
+	f.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("StartInstances called %d times before the rest of the burst was announced, want 0 (batch held open)", early)
+	}
+	go func() {
+		results <- ctrl.HandleBatch(cloudinterruption.WithAnnounce(ctx, func() { once.Do(release) }), []cloudinterruption.Message{spotMessage("i-spot2")})
+	}()
+	for range 2 {
+		for _, err := range <-results {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(stop)
+	workers.Wait()
+	if len(f.batches) != 1 || len(f.batches[0]) != 2 {
+		t.Fatalf("StartInstances calls %v, want one with both instances", f.batches)
+	}
+	if d1, d2 := decisionOf(t, api, "spot-1"), decisionOf(t, api, "spot-2"); d1 == "" || d2 == "" || d1 == d2 {
+		t.Fatalf("decisions %q and %q, want two distinct lifeboats", d1, d2)
 	}
 }
