@@ -2,6 +2,7 @@ package interruption
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -424,7 +425,13 @@ func conflictingLedger(always bool, writes *atomic.Int32) interceptor.Funcs {
 			return cl.Create(ctx, obj, opts...)
 		},
 		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if ours(obj) {
+			// The claims are in the patch (a merge patch of the ledger's data).
+			body, err := patch.Data(obj)
+			if err != nil {
+				return err
+			}
+			patched := &corev1.ConfigMap{}
+			if _, isLedger := obj.(*corev1.ConfigMap); isLedger && json.Unmarshal(body, patched) == nil && ours(patched) {
 				if err := conflict(ctx, cl, obj); err != nil {
 					return err
 				}

@@ -2,6 +2,7 @@ package interruption
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -145,14 +146,22 @@ func (c *Controller) appendClaims(ctx context.Context, l *ledgerView, claims []l
 		}
 		return err
 	}
-	cm := base.DeepCopy()
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
+	// The merge patch adds the claims' keys, with the resourceVersion read as precondition. It
+	// is written out directly: the burst's one write on the way to StartInstances, no diff of
+	// the whole ledger before it.
+	entries := make(map[string]string, len(claims))
 	for _, cl := range claims {
-		cm.Data[cl.Node] = ledger.Encode(cl)
+		entries[cl.Node] = ledger.Encode(cl)
 	}
-	if err := c.client.Patch(ctx, cm, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]string{"resourceVersion": base.ResourceVersion},
+		"data":     entries,
+	})
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: base.Namespace, Name: base.Name}}
+	if err := c.client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return err
 	}
 	c.recordLedgerWrite(base.ResourceVersion, cm)

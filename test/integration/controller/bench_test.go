@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,11 +46,16 @@ func BenchmarkNoticeToStartInstances(b *testing.B) {
 		once    sync.Once
 		samples map[int]resumeSamples
 	)
+	// 20 rounds of each size by default: their p99 is their maximum. LIFEBOAT_BENCH_ROUNDS=100
+	// (~15 min) gives a p99 that is not a single round.
+	rounds := 20
+	if v, err := strconv.Atoi(os.Getenv("LIFEBOAT_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	for _, burst := range []int{1, 10} {
 		b.Run(fmt.Sprintf("simultaneous=%d", burst), func(b *testing.B) {
-			once.Do(func() { samples = benchResume(b, []int{1, 10}, 20) })
+			once.Do(func() { samples = benchResume(b, []int{1, 10}, rounds) })
 			r := samples[burst]
-			rounds := 20
 			ms := func(d []time.Duration, p float64) float64 {
 				sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 				return float64(percentile(d, p).Microseconds()) / 1000
