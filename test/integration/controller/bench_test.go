@@ -61,6 +61,7 @@ func BenchmarkNoticeToStartInstances(b *testing.B) {
 				return float64(percentile(d, p).Microseconds()) / 1000
 			}
 			b.ReportMetric(ms(r.lat, 0.5), "p50-ms")
+			b.ReportMetric(ms(r.lat, 0.95), "p95-ms")
 			b.ReportMetric(ms(r.lat, 0.99), "p99-ms")
 			b.ReportMetric(ms(r.fromSend, 0.5), "p50-from-send-ms")
 			b.ReportMetric(ms(r.fromSend, 0.99), "p99-from-send-ms")
