@@ -261,12 +261,8 @@ func (c *Consumer) processBatch(ctx context.Context, raw []sqstypes.Message, han
 		msgs = append(msgs, msg)
 		sources = append(sources, m)
 	}
-	if len(msgs) == 0 {
-		Announce(ctx) // nothing to take in
-	}
 	if len(msgs) > 0 {
 		errs := handle(ctx, msgs)
-		Announce(ctx) // (if the handler did not say so earlier)
 		for i, m := range sources {
 			var err error
 			if i < len(errs) {
@@ -283,6 +279,8 @@ func (c *Consumer) processBatch(ctx context.Context, raw []sqstypes.Message, han
 			deleteAsync(m)
 		}
 	}
+	// Taken in: nothing to hand over, or handled (if the handler did not say so earlier).
+	Announce(ctx)
 	wg.Wait()
 }
 

@@ -2,7 +2,9 @@ package interruption
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,6 +60,7 @@ type batcher struct {
 	open        bool
 	first, last time.Time
 	kick        chan struct{}
+	holds       atomic.Uint64
 }
 
 func newBatcher(idle, max, expectFor time.Duration, maxNodes int, run func([]*decisionRequest)) *batcher {
@@ -76,6 +79,14 @@ func (b *batcher) expect(names []string) {
 	for _, n := range names {
 		b.expected[n] = until
 	}
+}
+
+// hold keeps the open batch (or the next one, if none is open) from closing until release, at
+// most expectFor: an expectation under a name no Node can have, only ever forgotten.
+func (b *batcher) hold() (release func()) {
+	key := fmt.Sprintf("\x00hold/%d", b.holds.Add(1))
+	b.expect([]string{key})
+	return func() { b.forget(key) }
 }
 
 // forget withdraws an expectation: the Node will not be requested (its mark failed, it was

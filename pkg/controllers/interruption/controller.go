@@ -116,10 +116,9 @@ type Controller struct {
 	// id names this process in the ledger entries it writes (holder = id/batch sequence);
 	// inflight holds the holders of the batches running now (reconcileLedger leaves their
 	// entries alone).
-	id        string
-	batchSeq  atomic.Uint64
-	gatherSeq atomic.Uint64
-	inflight  sync.Map // string → struct{}
+	id       string
+	batchSeq atomic.Uint64
+	inflight sync.Map // string → struct{}
 	// finished holds the ledger entries (holder|node) a batch of this process finished — their
 	// Nodes labelled, their decisions recorded or retried from the mark — or reconcileLedger
 	// finished, until they are removed from the ledger.
@@ -337,12 +336,7 @@ func (c *Controller) HandleBatch(ctx context.Context, msgs []cloudinterruption.M
 // DefaultBatchExpect) until release, while the consumer looks for the rest of a burst that the
 // queue returned in part. The rest's Nodes, announced before the release, join the batch: one
 // ledger write and one StartInstances call for the burst, not two of each one after the other.
-func (c *Controller) Gather() (release func()) {
-	// A name no Node can have: it is never requested, only forgotten.
-	key := fmt.Sprintf("\x00gather/%d", c.gatherSeq.Add(1))
-	c.batch.expect([]string{key})
-	return func() { c.batch.forget(key) }
-}
+func (c *Controller) Gather() (release func()) { return c.batch.hold() }
 
 func (c *Controller) reconcileKarpenterEvent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ev := &corev1.Event{}

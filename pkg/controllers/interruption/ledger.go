@@ -129,13 +129,14 @@ func (c *Controller) appendClaims(ctx context.Context, l *ledgerView, claims []l
 			}
 		}
 	}
+	entries := make(map[string]string, len(claims))
+	for _, cl := range claims {
+		entries[cl.Node] = ledger.Encode(cl)
+	}
 	if base == nil {
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ledger.Name, Labels: map[string]string{"app.kubernetes.io/part-of": "lifeboat", "app.kubernetes.io/component": "resume-ledger"}},
-			Data:       map[string]string{},
-		}
-		for _, cl := range claims {
-			cm.Data[cl.Node] = ledger.Encode(cl)
+			Data:       entries,
 		}
 		err := c.client.Create(ctx, cm)
 		if apierrors.IsAlreadyExists(err) {
@@ -149,10 +150,6 @@ func (c *Controller) appendClaims(ctx context.Context, l *ledgerView, claims []l
 	// The merge patch adds the claims' keys, with the resourceVersion read as precondition. It
 	// is written out directly: the burst's one write on the way to StartInstances, no diff of
 	// the whole ledger before it.
-	entries := make(map[string]string, len(claims))
-	for _, cl := range claims {
-		entries[cl.Node] = ledger.Encode(cl)
-	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]string{"resourceVersion": base.ResourceVersion},
 		"data":     entries,
