@@ -63,3 +63,5 @@ doc = {
 print(json.dumps(doc, indent=2))
 PY
 cat "$out/controller.json"
+# Per-round view: percentiles of each round's slowest node, and how much one round decides p99.
+python3 hack/bench-rounds.py "$out/controller-rounds.txt"
