@@ -22,11 +22,13 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/bridge"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
 )
 
 type options struct {
 	aws                     awsclient.Options
+	bridge                  bridge.Options
 	queueURL                string
 	metricsAddr, healthAddr string
 	leaderElect             bool
@@ -45,6 +47,8 @@ func main() {
 	o := options{}
 	fs := pflag.NewFlagSet("lifeboat-controller", pflag.ExitOnError)
 	o.aws.AddFlags(fs)
+	o.bridge = bridge.DefaultOptions()
+	o.bridge.AddFlags(fs)
 	fs.StringVar(&o.queueURL, "queue-url", "", "Alias of --interruption-queue-url.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8082", "Metrics endpoint address (0 disables).")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8083", "Health and readiness probe address.")
@@ -77,6 +81,9 @@ func main() {
 func run(ctx context.Context, o options) error {
 	if o.queueURL != "" {
 		o.aws.InterruptionQueueURL = o.queueURL
+	}
+	if err := o.bridge.Validate(); err != nil {
+		return err
 	}
 	clients, err := awsclient.New(ctx, o.aws)
 	if err != nil {
@@ -111,6 +118,7 @@ func run(ctx context.Context, o options) error {
 		Clock:           clock.RealClock{},
 		Namespace:       o.namespace,
 		TelemetryWindow: o.telemetryWindow,
+		Bridge:          o.bridge,
 		WarmPool: warmpool.Options{
 			BootTimeout: o.bootTimeout, Resync: o.resync,
 			OnDemandHourlyPrice: o.onDemandPrice, EBSGiBMonthPrice: o.ebsPrice,

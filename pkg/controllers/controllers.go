@@ -23,6 +23,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/bridge"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/garbagecollection"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
@@ -67,6 +68,8 @@ type Deps struct {
 	Namespace       string
 	TelemetryWindow time.Duration
 	WarmPool        warmpool.Options
+	// Bridge bounds the eviction holds; zero fields take bridge.DefaultOptions.
+	Bridge bridge.Options
 	// ActiveRestartAfter, HandoffPoll and GCPeriod override those controllers' periods
 	// (tests); zero keeps the defaults.
 	ActiveRestartAfter time.Duration
@@ -105,6 +108,23 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	if d.ActiveRestartAfter > 0 {
 		act.RestartAfter = d.ActiveRestartAfter
 	}
+	bo := bridge.DefaultOptions()
+	if d.Bridge.Notice > 0 {
+		bo.Notice = d.Bridge.Notice
+	}
+	if d.Bridge.Margin > 0 {
+		bo.Margin = d.Bridge.Margin
+	}
+	if d.Bridge.ResumeTimeout > 0 {
+		bo.ResumeTimeout = d.Bridge.ResumeTimeout
+	}
+	if d.Bridge.Poll > 0 {
+		bo.Poll = d.Bridge.Poll
+	}
+	if err := bo.Validate(); err != nil {
+		return nil, err
+	}
+	br := bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
 	ho := handoff.New(c, d.Clock, rec)
 	if d.HandoffPoll > 0 {
 		ho.Poll = d.HandoffPoll
@@ -117,7 +137,7 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 		gc.Grace = d.GCGrace
 	}
 	for name, r := range map[string]interface{ Register(ctrl.Manager) error }{
-		"warmpool": wp, "interruption": intr, "activation": act, "handoff": ho,
+		"warmpool": wp, "interruption": intr, "activation": act, "handoff": ho, "bridge": br,
 		"recycle": recycle.New(c, d.Instances, d.Clock, rec), "garbagecollection": gc,
 		"nodepool": nodepool.New(c, rec), "telemetry": &telemetry.Controller{Store: store},
 	} {

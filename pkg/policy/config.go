@@ -47,6 +47,9 @@ type Config struct {
 	NoticeBudget time.Duration
 	// OwnNamespace is Lifeboat's namespace; like the system namespaces it is never touched.
 	OwnNamespace string
+	// PendingHold bounds the eviction hold of a protected Pod on a draining Spot node that
+	// Lifeboat has not decided about yet (EvictionHold).
+	PendingHold time.Duration
 }
 
 // DefaultConfig is the configuration DESIGN.md describes.
@@ -57,6 +60,7 @@ func DefaultConfig() Config {
 		SpotTaintKey:    v1alpha1.TaintSpot,
 		NoticeBudget:    DefaultNoticeBudget,
 		OwnNamespace:    v1alpha1.DefaultNamespace,
+		PendingHold:     DefaultPendingHold,
 	}
 }
 
@@ -83,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.NoticeBudget <= 0 {
 		errs = append(errs, "notice budget must be positive")
+	}
+	if c.PendingHold < 0 || c.PendingHold > time.Minute {
+		errs = append(errs, fmt.Sprintf("pending eviction hold %s must be between 0 and 1m (0 disables it: a drain that starts before Lifeboat decided is not held)", c.PendingHold))
 	}
 	if c.OwnNamespace == "" {
 		errs = append(errs, "own namespace is empty")

@@ -85,7 +85,7 @@ func (l *LifeboatInstaller) Install(ctx context.Context, c *cluster.Cluster, s *
 	if err := l.startScheduler(ctx, c, runDir); err != nil {
 		return nil, err
 	}
-	if err := l.startController(ctx, c, emu, queueURL); err != nil {
+	if err := l.startController(ctx, c, emu, queueURL, s.Timing.Notice.Duration); err != nil {
 		return nil, err
 	}
 	if err := l.createWarmPool(ctx, c, s); err != nil {
@@ -229,7 +229,9 @@ func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *cluster.Clust
 	return c.WaitHealthy(ctx, "lifeboat-scheduler", fmt.Sprintf("https://127.0.0.1:%d/healthz", port[0]))
 }
 
-func (l *LifeboatInstaller) startController(ctx context.Context, c *cluster.Cluster, emu *awsemu.Server, queueURL string) error {
+// startController runs the controller against the emulator; the bridge's notice is the
+// scenario's (a shortened notice shortens the holds), its resume timeout at most half of it.
+func (l *LifeboatInstaller) startController(ctx context.Context, c *cluster.Cluster, emu *awsemu.Server, queueURL string, notice time.Duration) error {
 	ports, err := cluster.FreePorts(2)
 	if err != nil {
 		return err
@@ -249,6 +251,9 @@ func (l *LifeboatInstaller) startController(ctx context.Context, c *cluster.Clus
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 		"--resync=10s",
+		"--bridge-notice=" + notice.String(),
+		"--bridge-resume-timeout=" + min(50*time.Second, notice/2).String(),
+		"--bridge-margin=" + min(15*time.Second, notice/4).String(),
 	}, []string{
 		"KUBECONFIG=" + c.KubeconfigPath(),
 		"AWS_ACCESS_KEY_ID=" + creds.AccessKeyID,

@@ -171,29 +171,23 @@ func objects(w scenario.Workload, protect bool) (workload any, pdb *policyv1.Pod
 		workload = &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(w.Replicas), Selector: sel, Template: tmpl}}
 	}
-	if w.PDBMaxUnavailable != "" {
-		pdb = &policyv1.PodDisruptionBudget{
-			ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace},
-			Spec: policyv1.PodDisruptionBudgetSpec{
-				MaxUnavailable: ptr.To(intstr.Parse(w.PDBMaxUnavailable)),
-				Selector:       sel,
-			},
+	if w.HasPDB() {
+		// The value as written: intstr.Parse makes "2" an int and "80%" a percentage, as the
+		// API server reads them from a manifest. Validation allows only one of the two.
+		spec := policyv1.PodDisruptionBudgetSpec{Selector: sel}
+		if w.PDBMaxUnavailable != "" {
+			spec.MaxUnavailable = ptr.To(intstr.Parse(w.PDBMaxUnavailable))
+		} else {
+			spec.MinAvailable = ptr.To(intstr.Parse(w.PDBMinAvailable))
 		}
+		pdb = &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace}, Spec: spec}
 	}
 	return workload, pdb
 }
 
-// pdbFloor is the ready count the workload's PDB guarantees (0 without PDB).
-func pdbFloor(w scenario.Workload) int32 {
-	if w.PDBMaxUnavailable == "" {
-		return 0
-	}
-	m, err := scenario.ParseMaxUnavailable(w.PDBMaxUnavailable)
-	if err != nil {
-		return 0
-	}
-	return m.Floor(w.Replicas)
-}
+// pdbFloor is the ready count the workload's PDB guarantees (0 without PDB): see
+// scenario.Workload.PDBFloor.
+func pdbFloor(w scenario.Workload) int32 { return w.PDBFloor() }
 
 func workloadKey(w scenario.Workload) string { return w.Namespace + "/" + w.Name }
 

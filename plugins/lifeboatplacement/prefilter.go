@@ -280,7 +280,8 @@ func (pl *LifeboatPlacement) takeWidenMark(uid types.UID) bool {
 	return true
 }
 
-// surging reports whether pod belongs to a Deployment whose handoff surge is in progress. The
+// surging reports whether pod belongs to a Deployment whose handoff or bridge surge is in
+// progress. The
 // handoff writes the surge (JSON with the lifeboat node's name) into the Deployment's
 // annotation lifeboat.dev/handoff-surge, and the Deployment controller copies Deployment
 // annotations to its new ReplicaSet before it scales it, so the annotation is on the Pod's
@@ -298,12 +299,47 @@ func (pl *LifeboatPlacement) surging(pod *v1.Pod) bool {
 	if err != nil {
 		return false
 	}
-	node := surgeNode(rs.Annotations[v1alpha1.AnnotationHandoffSurge])
-	if node == "" {
-		return false
+	if node := surgeNode(rs.Annotations[v1alpha1.AnnotationHandoffSurge]); node != "" {
+		n, err := pl.nodes.Get(node)
+		if err == nil && IsPoolNode(n) && n.Labels[v1alpha1.LabelState] == string(v1alpha1.NodeStateDraining) {
+			return true
+		}
 	}
-	n, err := pl.nodes.Get(node)
-	return err == nil && IsPoolNode(n) && n.Labels[v1alpha1.LabelState] == string(v1alpha1.NodeStateDraining)
+	// The bridge's surge (an interrupted Spot node's held Pods still serve): it counts while
+	// one of its interrupted nodes is still there.
+	for _, node := range bridgeNodes(rs.Annotations[v1alpha1.AnnotationBridgeSurge]) {
+		if n, err := pl.nodes.Get(node); err == nil && (n.DeletionTimestamp != nil || hasTaint(n, v1alpha1.TaintInterrupted)) {
+			return true
+		}
+	}
+	return false
+}
+
+// bridgeNodes returns the interrupted nodes of a lifeboat.dev/bridge-surge annotation.
+func bridgeNodes(annotation string) []string {
+	if annotation == "" {
+		return nil
+	}
+	var s struct {
+		Nodes map[string]int32 `json:"nodes"`
+	}
+	if json.Unmarshal([]byte(annotation), &s) != nil {
+		return nil
+	}
+	out := make([]string, 0, len(s.Nodes))
+	for n := range s.Nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+func hasTaint(n *v1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // surgeNode returns the lifeboat node of a lifeboat.dev/handoff-surge annotation ("" when the

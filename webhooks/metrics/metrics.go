@@ -22,6 +22,7 @@ const (
 	DecisionMutated = "mutated" // admitted with a patch
 	DecisionWarned  = "warned"  // admitted with warnings
 	DecisionDenied  = "denied"
+	DecisionHeld    = "held"  // an eviction refused with 429 while Lifeboat bridges the Pod
 	DecisionError   = "error" // bad request or internal error (Pods are still admitted: fail-open)
 )
 
@@ -58,7 +59,7 @@ func setDecision(ctx context.Context, d string) {
 // HTTP wraps a webhook's HTTP handler: it times the request and counts it under the decision
 // the inner Handler recorded, or "error" when the request never reached it (malformed body).
 func HTTP(webhook string, next http.Handler) http.Handler {
-	for _, d := range []string{DecisionAllowed, DecisionMutated, DecisionWarned, DecisionDenied, DecisionError} {
+	for _, d := range []string{DecisionAllowed, DecisionMutated, DecisionWarned, DecisionDenied, DecisionHeld, DecisionError} {
 		requests.WithLabelValues(webhook, d)
 	}
 	observer := duration.WithLabelValues(webhook)
@@ -83,6 +84,8 @@ func Handler(next admission.Handler) admission.Handler {
 // Decision classifies a response.
 func Decision(resp admission.Response) string {
 	switch {
+	case !resp.Allowed && resp.Result != nil && resp.Result.Code == http.StatusTooManyRequests:
+		return DecisionHeld
 	case !resp.Allowed && resp.Result != nil && resp.Result.Code >= 400 && resp.Result.Code != http.StatusForbidden:
 		return DecisionError
 	case !resp.Allowed:

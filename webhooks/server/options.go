@@ -51,6 +51,7 @@ type Options struct {
 	SchedulerName  string
 	SpotTaintKey   string
 	NoticeBudget   time.Duration
+	PendingHold    time.Duration
 	TierClasses    map[string]string
 	AuditInterval  time.Duration
 	LeaderElect    bool
@@ -76,6 +77,7 @@ func NewOptions() *Options {
 		SchedulerName:    v1alpha1.SchedulerName,
 		SpotTaintKey:     v1alpha1.TaintSpot,
 		NoticeBudget:     policy.DefaultNoticeBudget,
+		PendingHold:      policy.DefaultPendingHold,
 		TierClasses:      map[string]string{},
 		AuditInterval:    5 * time.Minute,
 		LeaderElect:      true,
@@ -111,6 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SchedulerName, "scheduler-name", o.SchedulerName, "schedulerName written into protected Pods that use the default scheduler; empty leaves it alone.")
 	fs.StringVar(&o.SpotTaintKey, "spot-taint-key", o.SpotTaintKey, "Key of the taint on Spot nodes that protected Pods of Spot tiers tolerate (effect NoSchedule, operator Exists).")
 	fs.DurationVar(&o.NoticeBudget, "notice-budget", o.NoticeBudget, "Warn about workloads whose Pods take longer than this to stop (the Spot notice is 120s).")
+	fs.DurationVar(&o.PendingHold, "eviction-pending-hold", o.PendingHold, "Hold the eviction of a protected Pod on a draining Spot node at most this long while Lifeboat's controller has not decided about it (makes the bridge race-free against a drain that starts from the same notice); 0 disables it.")
 	fs.StringToStringVar(&o.TierClasses, "tier-priority-classes", o.TierClasses, "PriorityClass of each tier, e.g. critical=lifeboat-critical; these are the only classes the webhook assigns (system-* is refused).")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "How often to report protected workloads admitted unmutated or without a PDB; 0 disables the audit.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect one replica to run the audit (every replica serves admission requests).")
@@ -128,6 +131,7 @@ func (o *Options) Policy() (policy.Config, error) {
 	c.SpotTaintKey = o.SpotTaintKey
 	c.NoticeBudget = o.NoticeBudget
 	c.OwnNamespace = o.Namespace
+	c.PendingHold = o.PendingHold
 	// Flags override the defaults tier by tier.
 	c.PriorityClasses = policy.DefaultPriorityClasses()
 	for t, name := range o.TierClasses {

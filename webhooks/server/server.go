@@ -27,6 +27,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/audit"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/eviction"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/pod"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
@@ -65,15 +67,20 @@ func NewCommand() *cobra.Command {
 	return cmd
 }
 
-// Handlers returns the two webhooks' HTTP handlers by path, instrumented and bounded in time.
+// Handlers returns the three webhooks' HTTP handlers by path, instrumented and bounded in time.
 // The server, the fuzz targets and the benchmarks all use exactly these.
 func Handlers(cfg policy.Config, cluster *state.Cluster, timeout time.Duration) map[string]http.Handler {
 	hook := func(h admission.Handler) *admission.Webhook {
 		return &admission.Webhook{Handler: metrics.Handler(withTimeout(h, timeout)), LogConstructor: logConstructor}
 	}
+	live := cluster.Live
+	if live == nil {
+		live = cluster.Cache
+	}
 	return map[string]http.Handler{
 		pod.Path:      metrics.HTTP("pods", hook(&pod.Mutator{Config: cfg, Cluster: cluster})),
 		workload.Path: metrics.HTTP("workloads", hook(&workload.Validator{Config: cfg, Cluster: cluster})),
+		eviction.Path: metrics.HTTP("evictions", hook(&eviction.Holder{Reader: live, Clock: clock.RealClock{}, Pending: cfg.PendingHold, Exempt: cfg.Exempt})),
 	}
 }
 

@@ -43,6 +43,17 @@ const (
 	// raised it.
 	AnnotationHandoffHPAMin = Group + "/handoff-original-min-replicas"
 
+	// AnnotationEvictionHold on a protected Pod of an interrupted Spot node: an RFC 3339 time
+	// until which lifeboat-webhook refuses the Pod's eviction (HTTP 429, what a PodDisruptionBudget
+	// answers) while its replacement starts on a lifeboat node, or "released" once Lifeboat let it
+	// go. The time is the hard deadline: past it the webhook lets every eviction through, so a
+	// crashed controller can never leave a hold on. Written by the bridge controller.
+	AnnotationEvictionHold = Group + "/eviction-hold"
+	// AnnotationBridgeSurge on a Deployment: JSON of the bridge surges in progress
+	// ({"base":R,"nodes":{"<interrupted node>":n}}): replicas were raised by n for the n held Pods
+	// on that node, and go back by n once those Pods are gone.
+	AnnotationBridgeSurge = Group + "/bridge-surge"
+
 	// AnnotationRecycledAt (RFC 3339) on a pool Node: when its instance was terminated after
 	// the handoff.
 	AnnotationRecycledAt = Group + "/recycled-at"
@@ -73,4 +84,11 @@ const (
 	EventNodePoolNotReady    = "NodePoolNotReady"
 	EventNodePoolPatched     = "NodePoolPatched"
 	EventHibernationDegraded = "HibernationDegraded"
+	EventEvictionHeld        = "EvictionHeld"
+	EventEvictionReleased    = "EvictionReleased"
+	EventBridged             = "Bridged"
+	EventBridgeMove          = "BridgeMove"
 )
+
+// EvictionHoldReleased is the value of AnnotationEvictionHold once the hold is released.
+const EvictionHoldReleased = "released"

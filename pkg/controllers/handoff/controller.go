@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +30,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
 )
 
 // DeletionCost is the pod-deletion-cost given to lifeboat Pods before a scale-down, so the
@@ -284,6 +283,11 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 		return client.IgnoreNotFound(err)
 	}
 	var s Surge
+	if _, bridging := scaling.Surging(d); bridging && d.Annotations[v1alpha1.AnnotationHandoffSurge] == "" {
+		// An interrupted Spot node's bridge surge is in progress: its replica count is not the
+		// Deployment's own. Start this handoff's surge once it ended (handoffDeadline bounds it).
+		return nil
+	}
 	if raw := d.Annotations[v1alpha1.AnnotationHandoffSurge]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &s); err != nil {
 			return fmt.Errorf("deployment %s/%s: bad %s: %w", d.Namespace, d.Name, v1alpha1.AnnotationHandoffSurge, err)
@@ -316,7 +320,7 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 		if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("surge %s/%s: %w", d.Namespace, d.Name, err)
 		}
-		return c.raiseHPA(ctx, d, base+s.Surge)
+		return scaling.RaiseHPA(ctx, c.client, d, base+s.Surge)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil {
@@ -329,7 +333,7 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 	if !SurgeDone(ready, min(s.ReadyBefore, s.Base)) {
 		// Idempotent: a restart between the surge and the HPA's patch raises it now. (Not
 		// once the surge is done: endSurge may already have restored the HPA.)
-		return c.raiseHPA(ctx, d, s.Base+s.Surge)
+		return scaling.RaiseHPA(ctx, c.client, d, s.Base+s.Surge)
 	}
 	for _, p := range g.Pods {
 		if p.Annotations[corev1.PodDeletionCost] == DeletionCost {
@@ -355,7 +359,7 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 // back below the surged count scales the Deployment down itself; the ReplicaSet controller
 // removes the lifeboat Pods first either way (deletion cost).
 func (c *Controller) endSurge(ctx context.Context, d *appsv1.Deployment, s Surge) error {
-	if err := c.restoreHPA(ctx, d); err != nil {
+	if err := c.restoreHPAUnlessBridging(ctx, d); err != nil {
 		return err
 	}
 	before := d.DeepCopy()
@@ -382,82 +386,17 @@ func (c *Controller) readyElsewhere(ctx context.Context, ns string, sel labels.S
 	return n, nil
 }
 
-func (c *Controller) hpaFor(ctx context.Context, d *appsv1.Deployment) (*autoscalingv2.HorizontalPodAutoscaler, error) {
-	list := &autoscalingv2.HorizontalPodAutoscalerList{}
-	if err := c.client.List(ctx, list, client.InNamespace(d.Namespace)); err != nil {
-		return nil, err
-	}
-	for i := range list.Items {
-		ref := list.Items[i].Spec.ScaleTargetRef
-		if ref.Kind == "Deployment" && ref.Name == d.Name {
-			return &list.Items[i], nil
-		}
-	}
-	return nil, nil
-}
-
-// AnnotationHandoffHPAMax on a HorizontalPodAutoscaler: its maxReplicas before a handoff raised
-// it (only set when the surged count exceeded it). Next to v1alpha1.AnnotationHandoffHPAMin.
-const AnnotationHandoffHPAMax = v1alpha1.Group + "/handoff-original-max-replicas"
-
-// raiseHPA lifts an HPA's minReplicas to the surged count, and its maxReplicas too when the
-// surged count exceeds it, keeping the originals in annotations. Without the minimum the HPA
-// scales the surge away as excess; without the maximum an HPA already at its ceiling (common
-// right after an interruption moved load around) sees replicas above maxReplicas and scales
-// straight back to it — it does that even without metrics — deleting the surge Pods before they
-// are Ready, so the drain could only end at the deadline by deleting Ready Pods.
-func (c *Controller) raiseHPA(ctx context.Context, d *appsv1.Deployment, replicas int32) error {
-	h, err := c.hpaFor(ctx, d)
-	if err != nil || h == nil {
-		return err
-	}
-	if _, done := h.Annotations[v1alpha1.AnnotationHandoffHPAMin]; done {
+// restoreHPAUnlessBridging restores d's HPA unless a bridge surge of d still needs it raised
+// (the bridge controller restores it when its own surge ends).
+func (c *Controller) restoreHPAUnlessBridging(ctx context.Context, d *appsv1.Deployment) error {
+	if _, bridging := scaling.Surging(d); bridging {
 		return nil
 	}
-	before := h.DeepCopy()
-	if h.Annotations == nil {
-		h.Annotations = map[string]string{}
-	}
-	h.Annotations[v1alpha1.AnnotationHandoffHPAMin] = strconv.Itoa(int(ptr.Deref(h.Spec.MinReplicas, 1)))
-	if replicas > h.Spec.MaxReplicas {
-		h.Annotations[AnnotationHandoffHPAMax] = strconv.Itoa(int(h.Spec.MaxReplicas))
-		h.Spec.MaxReplicas = replicas
-	}
-	h.Spec.MinReplicas = ptr.To(max(replicas, ptr.Deref(h.Spec.MinReplicas, 1)))
-	if err := c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("raise HPA %s/%s for the surge: %w", h.Namespace, h.Name, err)
-	}
-	return nil
+	return scaling.RestoreHPA(ctx, c.client, d)
 }
 
-// restoreHPA puts back the minReplicas (and maxReplicas) raiseHPA changed.
-func (c *Controller) restoreHPA(ctx context.Context, d *appsv1.Deployment) error {
-	h, err := c.hpaFor(ctx, d)
-	if err != nil || h == nil {
-		return err
-	}
-	raw, ok := h.Annotations[v1alpha1.AnnotationHandoffHPAMin]
-	if !ok {
-		return nil
-	}
-	orig, err := strconv.Atoi(raw)
-	if err != nil || orig < 1 {
-		orig = 1
-	}
-	before := h.DeepCopy()
-	delete(h.Annotations, v1alpha1.AnnotationHandoffHPAMin)
-	h.Spec.MinReplicas = ptr.To(int32(orig))
-	if raw, ok := h.Annotations[AnnotationHandoffHPAMax]; ok {
-		delete(h.Annotations, AnnotationHandoffHPAMax)
-		if origMax, err := strconv.Atoi(raw); err == nil && origMax >= orig {
-			h.Spec.MaxReplicas = int32(origMax)
-		}
-	}
-	if err := c.client.Patch(ctx, h, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("restore HPA %s/%s after the surge: %w", h.Namespace, h.Name, err)
-	}
-	return nil
-}
+// AnnotationHandoffHPAMax is scaling.AnnotationHPAOriginalMax (kept for callers of this package).
+const AnnotationHandoffHPAMax = scaling.AnnotationHPAOriginalMax
 
 // forceDrain runs at the deadline: surges are ended, remaining Pods evicted, or, where a PDB
 // forbids it, marked as disrupted and deleted. The DisruptionTarget condition is what the

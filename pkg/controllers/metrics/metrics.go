@@ -44,6 +44,27 @@ var (
 	}, []string{"outcome"})
 )
 
+var (
+	// BridgeHolds: lifeboat_bridge_holds_total{workload_kind}: Pods whose eviction the bridge held.
+	BridgeHolds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_bridge_holds_total",
+		Help: "Protected Pods of interrupted Spot nodes whose eviction Lifeboat held while their replacement started on a lifeboat, by workload kind (Deployment, StatefulSet).",
+	}, []string{"workload_kind"})
+	// BridgeReleases: lifeboat_bridge_releases_total{reason}.
+	BridgeReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_bridge_releases_total",
+		Help: "Protected Pods of interrupted Spot nodes the bridge let go without waiting for a replacement (no_lifeboat, no_seat, no_time_left, lifeboat_not_ready) or moved (moved: a StatefulSet Pod evicted once its lifeboat was Ready).",
+	}, []string{"reason"})
+	// BridgeRemoved: lifeboat_bridge_removed_pods_total{outcome}: held Pods of surged
+	// Deployments that left: bridged (removed by Lifeboat once the surge was Ready) or gone
+	// (evicted after their hold, or killed at the reclaim, before that).
+	BridgeRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_bridge_removed_pods_total",
+		Help: "Held Pods of surged Deployments that left their interrupted node, by outcome: bridged (removed by Lifeboat once the surge was Ready elsewhere) or gone (evicted after the hold's deadline or killed at the reclaim first).",
+	}, []string{"outcome"})
+)
+
 func init() {
-	crmetrics.Registry.MustRegister(PoolNodes, Interruptions, ResumeSeconds, HandoffSeconds, PoolCostDollars, ResumeDecisions)
+	crmetrics.Registry.MustRegister(PoolNodes, Interruptions, ResumeSeconds, HandoffSeconds, PoolCostDollars, ResumeDecisions,
+		BridgeHolds, BridgeReleases, BridgeRemoved)
 }

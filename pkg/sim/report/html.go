@@ -100,16 +100,66 @@ type workloadChart struct {
 type htmlData struct {
 	Report    *Report
 	Modes     []string
+	Outcome   []outcomeLine
+	Columns   []string
+	Rows      [][]cell
 	Workloads []workloadChart
 	Nodes     []workloadChart
 	Savings   template.HTML
 	Table     string
 }
 
-// WriteHTML writes report.html: one chart of ready replicas per workload (every mode, the PDB
+type outcomeLine struct {
+	Text  string
+	Worse bool
+}
+
+type cell struct {
+	Text  string
+	Worse bool // a regression (Report.Worse)
+}
+
+// figureColumns head the HTML table of workload figures; figureRows fills it.
+var figureColumns = []string{"mode", "workload", "replicas", "PDB floor", "min ready", "below floor (s)", "zero ready (s)",
+	"below replicas (s)", "replica-seconds lost", "recovery (s)", "killed at reclaim"}
+
+// figureRows is one row per mode and workload, the lifeboat figures that regress marked.
+func figureRows(rep *Report) [][]cell {
+	worse := map[[2]string]bool{}
+	for _, r := range rep.Worse() {
+		worse[[2]string{r.Workload, r.Metric}] = true
+	}
+	var rows [][]cell
+	for _, m := range rep.ModeNames() {
+		res := rep.Modes[m]
+		for _, n := range sortedKeys(res.Workloads) {
+			wr := res.Workloads[n]
+			c := func(metric, text string) cell {
+				return cell{Text: text, Worse: m == "lifeboat" && worse[[2]string{n, metric}]}
+			}
+			rows = append(rows, []cell{{Text: m}, {Text: n}, {Text: fmt.Sprint(wr.Replicas)}, {Text: fmt.Sprint(wr.PDBFloor)},
+				c("min_ready", fmt.Sprint(wr.MinReady)),
+				c("seconds_below_floor", fmt.Sprintf("%.0f", wr.SecondsBelowFloor)),
+				c("seconds_zero_ready", fmt.Sprintf("%.0f", wr.SecondsZeroReady)),
+				{Text: fmt.Sprintf("%.0f", wr.SecondsBelowReplicas)},
+				c("replica_seconds_lost", thousands(wr.ReplicaSecondsLost)),
+				c("recovery_seconds", fmt.Sprintf("%.0f", wr.RecoverySeconds)),
+				c("pods_killed_at_reclaim", fmt.Sprint(wr.PodsKilledAtReclaim))})
+		}
+	}
+	return rows
+}
+
+// WriteHTML writes report.html: the outcome in words (Report.Outcome) and the workload figures
+// with the regressions marked, one chart of ready replicas per workload (every mode, the PDB
 // floor dashed, event markers) and one chart of nodes by kind per mode. Self-contained.
 func WriteHTML(w io.Writer, rep *Report, runs []*Run) error {
-	d := htmlData{Report: rep, Modes: rep.ModeNames(), Table: rep.String()}
+	var table strings.Builder
+	_ = rep.writeFigures(&table)
+	d := htmlData{Report: rep, Modes: rep.ModeNames(), Columns: figureColumns, Rows: figureRows(rep), Table: table.String()}
+	for _, l := range rep.Outcome() {
+		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE")})
+	}
 	var span time.Duration
 	names := map[string]WorkloadInfo{}
 	for _, r := range runs {
@@ -192,10 +242,19 @@ var page = template.Must(template.New("report").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Lifeboat simulation: {{.Report.Scenario}}</title>
 <style>body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;max-width:820px;color:#222}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}pre{background:#f6f6f6;padding:10px;overflow-x:auto;font-size:12px}
-.chart{display:block;margin:8px 0}</style></head><body>
+.chart{display:block;margin:8px 0}table.figures{border-collapse:collapse;font-size:12px}
+table.figures th,table.figures td{border:1px solid #ddd;padding:3px 6px;text-align:right}
+table.figures th:nth-child(-n+2),table.figures td:nth-child(-n+2){text-align:left}
+.worse{color:#c0392b;font-weight:bold}</style></head><body>
 <h1>Lifeboat simulation — {{.Report.Scenario}}</h1>
 <p>Modes: {{range $i, $m := .Modes}}{{if $i}}, {{end}}{{$m}}{{end}}. Generated {{.Report.Generated.Format "2006-01-02 15:04:05 MST"}}.</p>
 {{if .Report.Shortened}}<p>Shortened for the demo:</p><ul>{{range .Report.Shortened}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .Outcome}}<h2>Outcome</h2><ul>{{range .Outcome}}<li{{if .Worse}} class="worse"{{end}}>{{.Text}}</li>{{end}}</ul>{{end}}
+<h2>Workloads</h2>
+<p>After the first notice. Replica-seconds lost: desired − ready replicas, summed over the seconds with fewer ready than desired.{{if .Outcome}} In red: worse with Lifeboat than with Karpenter alone.{{end}}</p>
+<table class="figures"><tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td{{if .Worse}} class="worse"{{end}}>{{.Text}}</td>{{end}}</tr>
+{{end}}</table>
 <h2>Summary</h2><pre>{{.Table}}</pre>
 <h2>Ready replicas per workload</h2>
 {{range .Workloads}}<h3>{{.Name}}</h3>{{.Chart}}{{end}}

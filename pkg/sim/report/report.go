@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -101,6 +102,9 @@ type Report struct {
 	Generated time.Time              `json:"generated"`
 	Shortened []string               `json:"shortened,omitempty"`
 	Modes     map[string]*ModeResult `json:"modes"`
+	// Regressions compares every workload present in both the baseline and the lifeboat mode
+	// (see Worse): empty when Lifeboat did no workload harm, omitted unless both modes ran.
+	Regressions []Regression `json:"regressions,omitzero"`
 }
 
 // ModeResult holds one mode's figures.
@@ -118,6 +122,11 @@ type WorkloadResult struct {
 	MinReady          int32   `json:"min_ready"`
 	SecondsBelowFloor float64 `json:"seconds_below_floor"`
 	SecondsZeroReady  float64 `json:"seconds_zero_ready"`
+	// SecondsBelowReplicas is the time with ready < replicas; ReplicaSecondsLost the area
+	// between the desired and the ready count over that time (replicas × seconds: 3 replicas
+	// missing for 10 s is 30).
+	SecondsBelowReplicas float64 `json:"seconds_below_replicas"`
+	ReplicaSecondsLost   float64 `json:"replica_seconds_lost"`
 	// RecoverySeconds runs from the first notice until ready replicas are back to the desired
 	// count for good (0 when they never dropped; until the run's end when they never came back).
 	RecoverySeconds     float64 `json:"recovery_seconds"`
@@ -216,8 +225,11 @@ func Summarize(r *Run) *ModeResult {
 			}
 			if ready < info.Replicas {
 				lastShort = s.At
+				w.SecondsBelowReplicas += step
+				w.ReplicaSecondsLost += float64(info.Replicas-ready) * step
 			}
 		}
+		w.SecondsBelowReplicas, w.ReplicaSecondsLost = round(w.SecondsBelowReplicas), round(w.ReplicaSecondsLost)
 		if firstNotice >= 0 && lastShort >= 0 {
 			end := lastShort + r.Interval
 			w.RecoverySeconds = round((end - firstNotice).Seconds())
@@ -263,14 +275,140 @@ func New(scenario string, shortened []string, runs []*Run) *Report {
 	for _, r := range runs {
 		rep.Modes[r.Mode] = Summarize(r)
 	}
+	rep.Regressions = rep.Worse()
 	return rep
 }
 
-// WriteJSON writes report.json.
+// WriteJSON writes report.json; its regressions are those of the modes it holds (Worse).
 func (rep *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	out := *rep
+	out.Regressions = rep.Worse()
+	return enc.Encode(&out)
+}
+
+// Regression is a figure in which a workload did worse with Lifeboat than with Karpenter alone.
+type Regression struct {
+	Workload string  `json:"workload"`
+	Metric   string  `json:"metric"` // the WorkloadResult's JSON name, e.g. seconds_zero_ready
+	Baseline float64 `json:"baseline"`
+	Lifeboat float64 `json:"lifeboat"`
+}
+
+// Sampling noise allowed on the time-based figures before Worse calls them a regression: the
+// lifeboat figure must exceed the baseline one by more than max(regressionSlack, regressionRatio ×
+// baseline). One-second samples of two runs with jittered timings differ by a sample or two
+// at every edge.
+const (
+	regressionSlack = 2    // seconds, or replica-seconds
+	regressionRatio = 0.05 // of the baseline figure
+)
+
+// regressionChecks are the figures Worse compares, in the order it reports them.
+var regressionChecks = []struct {
+	metric string
+	unit   string // after the number in Outcome
+	value  func(*WorkloadResult) float64
+	worse  func(baseline, lifeboat float64) bool
+}{
+	{"seconds_below_floor", " s", func(w *WorkloadResult) float64 { return w.SecondsBelowFloor }, worseWithSlack},
+	{"seconds_zero_ready", " s", func(w *WorkloadResult) float64 { return w.SecondsZeroReady }, worseWithSlack},
+	{"replica_seconds_lost", " replica-seconds", func(w *WorkloadResult) float64 { return w.ReplicaSecondsLost }, worseWithSlack},
+	{"pods_killed_at_reclaim", "", func(w *WorkloadResult) float64 { return float64(w.PodsKilledAtReclaim) }, func(b, l float64) bool { return l > b }},
+	{"recovery_seconds", " s", func(w *WorkloadResult) float64 { return w.RecoverySeconds }, worseWithSlack},
+	// Higher is better.
+	{"min_ready", "", func(w *WorkloadResult) float64 { return float64(w.MinReady) }, func(b, l float64) bool { return l < b }},
+}
+
+func worseWithSlack(baseline, lifeboat float64) bool {
+	return lifeboat > baseline+max(regressionSlack, regressionRatio*baseline)
+}
+
+// Worse checks that no workload is worse with Lifeboat than with Karpenter alone: for every
+// workload in both the "baseline" and the "lifeboat" mode it compares seconds_below_floor,
+// seconds_zero_ready, replica_seconds_lost and recovery_seconds (worse only beyond the sampling
+// slack: more than max(2, 5 % of baseline)), pods_killed_at_reclaim (any more is worse) and
+// min_ready (any fewer is worse). Sorted by workload, then in that order of figures. Nil when
+// either mode is missing; empty, not nil, when there is no regression.
+func (rep *Report) Worse() []Regression {
+	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
+	if base == nil || lb == nil {
+		return nil
+	}
+	out := []Regression{}
+	for _, name := range sortedKeys(lb.Workloads) {
+		bw, lw := base.Workloads[name], lb.Workloads[name]
+		if bw == nil || lw == nil {
+			continue
+		}
+		for _, c := range regressionChecks {
+			if b, l := c.value(bw), c.value(lw); c.worse(b, l) {
+				out = append(out, Regression{Workload: name, Metric: c.metric, Baseline: b, Lifeboat: l})
+			}
+		}
+	}
+	return out
+}
+
+// Outcome states the comparison in words, for the first lines of the report: per protected
+// workload in both modes, the replica-seconds each mode lost and its lowest ready count; then
+// one line per regression (Worse) or one saying there is none. Nil unless the report holds
+// both the baseline and the lifeboat mode.
+func (rep *Report) Outcome() []string {
+	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
+	if base == nil || lb == nil {
+		return nil
+	}
+	var lines []string
+	for _, name := range sortedKeys(lb.Workloads) {
+		bw, lw := base.Workloads[name], lb.Workloads[name]
+		if bw == nil || lw == nil || !(lw.Protected || bw.Protected) {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s: Lifeboat lost %s replica-seconds (min ready %d/%d), Karpenter alone %s (min ready %d/%d)",
+			name, thousands(lw.ReplicaSecondsLost), lw.MinReady, lw.Replicas, thousands(bw.ReplicaSecondsLost), bw.MinReady, bw.Replicas))
+	}
+	regs := rep.Worse()
+	for _, r := range regs {
+		unit := ""
+		for _, c := range regressionChecks {
+			if c.metric == r.Metric {
+				unit = c.unit
+			}
+		}
+		lines = append(lines, fmt.Sprintf("WORSE with Lifeboat: %s %s %s%s vs %s%s (Karpenter alone)",
+			r.Workload, r.Metric, thousands(r.Lifeboat), unit, thousands(r.Baseline), unit))
+	}
+	if len(regs) == 0 {
+		lines = append(lines, "No workload did worse with Lifeboat than with Karpenter alone.")
+	}
+	return lines
+}
+
+// thousands writes f rounded to an integer with thousands separators: 2310.4 → "2,310".
+func thousands(f float64) string {
+	digits := strconv.FormatFloat(math.Abs(math.Round(f)), 'f', 0, 64)
+	var b strings.Builder
+	if f < 0 && digits != "0" {
+		b.WriteByte('-')
+	}
+	for i, c := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // ModeNames returns the modes in a stable order: baseline first.
@@ -294,25 +432,32 @@ func (rep *Report) ModeNames() []string {
 	return names
 }
 
-// WriteTable writes the side-by-side plain-text table.
+// WriteTable writes the outcome in words (Outcome, when both baseline and lifeboat ran), then
+// the side-by-side plain-text table.
 func (rep *Report) WriteTable(w io.Writer) error {
+	if lines := rep.Outcome(); len(lines) > 0 {
+		if _, err := fmt.Fprintf(w, "%s\n\n", strings.Join(lines, "\n")); err != nil {
+			return err
+		}
+	}
+	return rep.writeFigures(w)
+}
+
+// writeFigures writes the table of figures alone.
+func (rep *Report) writeFigures(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "scenario %s\n", rep.Scenario)
 	for _, s := range rep.Shortened {
 		fmt.Fprintf(tw, "  shortened for the demo: %s\n", s)
 	}
-	fmt.Fprintln(tw, "MODE\tWORKLOAD\tREPLICAS\tPDB FLOOR\tMIN READY\tBELOW FLOOR (s)\tZERO READY (s)\tRECOVERY (s)\tKILLED AT RECLAIM")
+	fmt.Fprintln(tw, "MODE\tWORKLOAD\tREPLICAS\tPDB FLOOR\tMIN READY\tBELOW FLOOR (s)\tZERO READY (s)\tBELOW REPLICAS (s)\tREPLICA-SECONDS LOST\tRECOVERY (s)\tKILLED AT RECLAIM")
 	for _, m := range rep.ModeNames() {
 		res := rep.Modes[m]
-		var names []string
-		for n := range res.Workloads {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range sortedKeys(res.Workloads) {
 			wr := res.Workloads[n]
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%d\n", m, n, wr.Replicas, wr.PDBFloor, wr.MinReady,
-				wr.SecondsBelowFloor, wr.SecondsZeroReady, wr.RecoverySeconds, wr.PodsKilledAtReclaim)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%d\n", m, n, wr.Replicas, wr.PDBFloor, wr.MinReady,
+				wr.SecondsBelowFloor, wr.SecondsZeroReady, wr.SecondsBelowReplicas, thousands(wr.ReplicaSecondsLost),
+				wr.RecoverySeconds, wr.PodsKilledAtReclaim)
 		}
 	}
 	fmt.Fprintln(tw, "MODE\tKARPENTER NODES\tLIFEBOAT RESUMED\tNOTICE→START p50/p99 (s)\tNOTICE→READY p50/p99 (s)\tLIFEBOAT NODE-SECONDS\tLIFEBOAT $ (RUN)\tOVERPROVISIONING $ (RUN)\tSPOT SAVINGS mean / min")

@@ -147,3 +147,227 @@ func TestSummarizeResumesAndMonthlyCost(t *testing.T) {
 		t.Errorf("table lacks resume latency or the monthly ratio:\n%s", table)
 	}
 }
+
+func TestSummarizeReplicaLoss(t *testing.T) {
+	tests := []struct {
+		name        string
+		interval    time.Duration
+		noticeAt    time.Duration // negative: no notice marker
+		readies     []int32
+		wantBelow   float64
+		wantLost    float64
+		wantMinRdy  int32
+		wantBelowFl float64
+	}{
+		{name: "dip after the notice", interval: time.Second, noticeAt: 0,
+			readies: []int32{12, 12, 9, 9, 10, 12}, wantBelow: 3, wantLost: 3 + 3 + 2, wantMinRdy: 9},
+		{name: "start-up ramp before the notice is not counted", interval: time.Second, noticeAt: 3 * time.Second,
+			readies: []int32{0, 4, 11, 12, 12, 9, 9, 10, 12}, wantBelow: 3, wantLost: 8, wantMinRdy: 9},
+		{name: "outage to zero", interval: time.Second, noticeAt: time.Second,
+			readies: []int32{12, 12, 6, 0, 0, 8, 12}, wantBelow: 4, wantLost: 6 + 12 + 12 + 4, wantMinRdy: 0, wantBelowFl: 4},
+		{name: "surge above replicas is no credit", interval: time.Second, noticeAt: 0,
+			readies: []int32{12, 14, 11, 13, 12}, wantBelow: 1, wantLost: 1, wantMinRdy: 11},
+		{name: "half-second samples", interval: 500 * time.Millisecond, noticeAt: 0,
+			readies: []int32{12, 10, 10, 11, 12}, wantBelow: 1.5, wantLost: 0.5 * (2 + 2 + 1), wantMinRdy: 10},
+		{name: "no notice: every sample counts", interval: time.Second, noticeAt: -1,
+			readies: []int32{11, 12, 12, 10}, wantBelow: 2, wantLost: 3, wantMinRdy: 10},
+		{name: "undisturbed", interval: time.Second, noticeAt: 0,
+			readies: []int32{12, 12, 12}, wantMinRdy: 12},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Run{Mode: "baseline", Interval: tt.interval, Workloads: map[string]WorkloadInfo{"shop/web": {Replicas: 12, PDBFloor: 9}}}
+			if tt.noticeAt >= 0 {
+				r.Markers = []Marker{{At: tt.noticeAt, Kind: "notice"}}
+			}
+			for i, v := range tt.readies {
+				r.Samples = append(r.Samples, Sample{At: time.Duration(i) * tt.interval, Workloads: map[string]int32{"shop/web": v}})
+			}
+			w := Summarize(r).Workloads["shop/web"]
+			if w.SecondsBelowReplicas != tt.wantBelow || w.ReplicaSecondsLost != tt.wantLost {
+				t.Errorf("seconds_below_replicas %v, replica_seconds_lost %v; want %v, %v", w.SecondsBelowReplicas, w.ReplicaSecondsLost, tt.wantBelow, tt.wantLost)
+			}
+			if w.MinReady != tt.wantMinRdy || w.SecondsBelowFloor != tt.wantBelowFl {
+				t.Errorf("min_ready %d, seconds_below_floor %v; want %d, %v", w.MinReady, w.SecondsBelowFloor, tt.wantMinRdy, tt.wantBelowFl)
+			}
+		})
+	}
+}
+
+// wr is a workload result with the figures Worse compares.
+func wr(belowFloor, zero, lost, recovery float64, killed int, minReady int32) *WorkloadResult {
+	return &WorkloadResult{Replicas: 12, PDBFloor: 9, MinReady: minReady, SecondsBelowFloor: belowFloor, SecondsZeroReady: zero,
+		ReplicaSecondsLost: lost, RecoverySeconds: recovery, PodsKilledAtReclaim: killed, Protected: true}
+}
+
+func TestWorse(t *testing.T) {
+	ok := wr(0, 0, 0, 0, 0, 12)
+	tests := []struct {
+		name     string
+		base, lb *WorkloadResult
+		want     []Regression
+	}{
+		{"identical", ok, ok, nil},
+		{"lifeboat better everywhere", wr(30, 10, 2310, 90, 3, 5), ok, nil},
+		{"within 2 s of a small baseline", wr(1, 0, 0, 10, 0, 12), wr(3, 2, 2, 12, 0, 12), nil},
+		{"just beyond 2 s", wr(1, 0, 0, 10, 0, 12), wr(3.5, 0, 0, 10, 0, 12),
+			[]Regression{{"shop/web", "seconds_below_floor", 1, 3.5}}},
+		{"within 5 % of a large baseline", wr(0, 0, 1000, 200, 0, 12), wr(0, 0, 1050, 210, 0, 12), nil},
+		{"beyond 5 % of a large baseline", wr(0, 0, 1000, 200, 0, 12), wr(0, 0, 1051, 211, 0, 12),
+			[]Regression{{"shop/web", "replica_seconds_lost", 1000, 1051}, {"shop/web", "recovery_seconds", 200, 211}}},
+		{"zero ready", wr(0, 118, 0, 0, 0, 0), wr(0, 211, 0, 0, 0, 0),
+			[]Regression{{"shop/web", "seconds_zero_ready", 118, 211}}},
+		{"one more Pod killed is worse", wr(0, 0, 0, 0, 2, 12), wr(0, 0, 0, 0, 3, 12),
+			[]Regression{{"shop/web", "pods_killed_at_reclaim", 2, 3}}},
+		{"one fewer ready is worse", wr(0, 0, 0, 0, 0, 10), wr(0, 0, 0, 0, 0, 9),
+			[]Regression{{"shop/web", "min_ready", 10, 9}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := &Report{Modes: map[string]*ModeResult{
+				"baseline": {Workloads: map[string]*WorkloadResult{"shop/web": tt.base}},
+				"lifeboat": {Workloads: map[string]*WorkloadResult{"shop/web": tt.lb}},
+			}}
+			got := rep.Worse()
+			if got == nil {
+				t.Fatal("Worse is nil with both modes present, want a (possibly empty) list")
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("Worse = %+v, want %+v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("Worse[%d] = %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+
+	// Only workloads in both modes, sorted; no comparison without both modes.
+	rep := &Report{Modes: map[string]*ModeResult{
+		"baseline":         {Workloads: map[string]*WorkloadResult{"shop/web": ok, "shop/api": ok, "only/baseline": ok}},
+		"lifeboat":         {Workloads: map[string]*WorkloadResult{"shop/web": wr(0, 0, 0, 0, 1, 12), "shop/api": wr(0, 0, 0, 0, 0, 11), "only/lifeboat": wr(99, 99, 99, 99, 9, 0)}},
+		"overprovisioning": {Workloads: map[string]*WorkloadResult{"shop/web": wr(99, 99, 99, 99, 9, 0)}},
+	}}
+	want := []Regression{{"shop/api", "min_ready", 12, 11}, {"shop/web", "pods_killed_at_reclaim", 0, 1}}
+	if got := rep.Worse(); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("Worse = %+v, want %+v", got, want)
+	}
+	delete(rep.Modes, "baseline")
+	if got := rep.Worse(); got != nil {
+		t.Errorf("Worse without a baseline = %+v, want nil", got)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	rep := &Report{Scenario: "s", Modes: map[string]*ModeResult{
+		"baseline": {Workloads: map[string]*WorkloadResult{
+			"shop/web":   {Replicas: 12, MinReady: 9, ReplicaSecondsLost: 2310, Protected: true},
+			"shop/batch": {Replicas: 4, MinReady: 0, SecondsZeroReady: 118, ReplicaSecondsLost: 600, Protected: true},
+			"shop/cache": {Replicas: 2, MinReady: 2},
+		}},
+		"lifeboat": {Workloads: map[string]*WorkloadResult{
+			"shop/web":   {Replicas: 12, MinReady: 12, Protected: true},
+			"shop/batch": {Replicas: 4, MinReady: 0, SecondsZeroReady: 211, ReplicaSecondsLost: 600, Protected: true},
+			"shop/cache": {Replicas: 2, MinReady: 2},
+		}},
+	}}
+	want := []string{
+		"shop/batch: Lifeboat lost 600 replica-seconds (min ready 0/4), Karpenter alone 600 (min ready 0/4)",
+		"shop/web: Lifeboat lost 0 replica-seconds (min ready 12/12), Karpenter alone 2,310 (min ready 9/12)",
+		"WORSE with Lifeboat: shop/batch seconds_zero_ready 211 s vs 118 s (Karpenter alone)",
+	}
+	got := rep.Outcome()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Outcome:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if table := rep.String(); !strings.HasPrefix(table, strings.Join(want, "\n")+"\n\nscenario s\n") {
+		t.Errorf("the table does not open with the outcome:\n%s", table)
+	}
+
+	rep.Modes["lifeboat"].Workloads["shop/batch"].SecondsZeroReady = 118
+	if got := rep.Outcome(); got[len(got)-1] != "No workload did worse with Lifeboat than with Karpenter alone." {
+		t.Errorf("Outcome without regressions ends %q", got[len(got)-1])
+	}
+	delete(rep.Modes, "lifeboat")
+	if got := rep.Outcome(); got != nil {
+		t.Errorf("Outcome with one mode = %q, want none", got)
+	}
+	if !strings.HasPrefix(rep.String(), "scenario s\n") {
+		t.Errorf("a one-mode table must open with the scenario:\n%s", rep.String())
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 0.4: "0", -0.4: "0", 8: "8", 999.5: "1,000", 2310.4: "2,310",
+		123456: "123,456", 1234567: "1,234,567", -4321: "-4,321"} {
+		if got := thousands(in); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestReportJSONRegressions(t *testing.T) {
+	decode := func(rep *Report) map[string]any {
+		t.Helper()
+		var js bytes.Buffer
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	// baseline drops to 8 then 0 (lost 4 + 12); lifeboat loses one replica for 2 s (2).
+	runs := []*Run{
+		run("baseline", 2*time.Second, []int32{12, 12, 8, 0, 12}),
+		run("lifeboat", 2*time.Second, []int32{12, 12, 11, 11, 12}),
+	}
+	doc := decode(New("s", nil, runs))
+	regs, ok := doc["regressions"].([]any)
+	if !ok || len(regs) != 0 {
+		t.Errorf("regressions = %#v, want an empty list", doc["regressions"])
+	}
+	w := doc["modes"].(map[string]any)["baseline"].(map[string]any)["workloads"].(map[string]any)["shop/web"].(map[string]any)
+	if w["seconds_below_replicas"] != 2.0 || w["replica_seconds_lost"] != 16.0 {
+		t.Errorf("baseline shop/web = %v", w)
+	}
+
+	// Swapped: lifeboat is the one that fell to zero.
+	runs[0].Mode, runs[1].Mode = "lifeboat", "baseline"
+	rep := New("s", nil, runs)
+	doc = decode(rep)
+	regs, _ = doc["regressions"].([]any)
+	var metrics []string
+	for _, r := range regs {
+		m := r.(map[string]any)
+		if m["workload"] != "shop/web" {
+			t.Errorf("regression %v", m)
+		}
+		metrics = append(metrics, m["metric"].(string))
+	}
+	// 2 s below floor and 1 s at zero are within the sampling slack (2 s); 16 replica-seconds
+	// against 2 and a lowest ready of 0 against 11 are not.
+	if got := strings.Join(metrics, ","); got != "replica_seconds_lost,min_ready" {
+		t.Errorf("regressed metrics %s", got)
+	}
+	var html bytes.Buffer
+	if err := WriteHTML(&html, rep, runs); err != nil {
+		t.Fatal(err)
+	}
+	h := html.String()
+	for _, want := range []string{"<h2>Outcome</h2>", `<li class="worse">WORSE with Lifeboat: shop/web replica_seconds_lost 16 replica-seconds vs 2 replica-seconds (Karpenter alone)</li>`,
+		"<th>replica-seconds lost</th>", "<th>below replicas (s)</th>", `<td class="worse">16</td>`} {
+		if !strings.Contains(h, want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+
+	// One mode: nothing to compare, no regressions key.
+	doc = decode(New("s", nil, runs[:1]))
+	if _, ok := doc["regressions"]; ok {
+		t.Errorf("a one-mode report has regressions: %v", doc["regressions"])
+	}
+}

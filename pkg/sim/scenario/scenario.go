@@ -115,14 +115,41 @@ type Workload struct {
 	Tier string `yaml:"tier,omitempty"`
 	// Protected turns Lifeboat on for the workload (in lifeboat mode).
 	Protected bool `yaml:"protected"`
-	// PDBMaxUnavailable is "20%" or "1"; empty means no PDB.
+	// PDBMaxUnavailable is "20%", "1", or "0" / "0%" (no disruption allowed). PDBMinAvailable
+	// is "2", "80%", or "100%" / the replica count (no disruption allowed). At most one of the
+	// two; neither means no PDB.
 	PDBMaxUnavailable string `yaml:"pdbMaxUnavailable,omitempty"`
+	PDBMinAvailable   string `yaml:"pdbMinAvailable,omitempty"`
 	// GracePeriod is terminationGracePeriodSeconds.
 	GracePeriod Duration `yaml:"gracePeriod,omitempty"`
 	// RunFor is how long a Job's Pods work before completing.
 	RunFor Duration `yaml:"runFor,omitempty"`
 	// CapacityType pins the workload: "spot", "on-demand" or empty (either).
 	CapacityType string `yaml:"capacityType,omitempty"`
+}
+
+// HasPDB reports whether the workload gets a PodDisruptionBudget.
+func (w Workload) HasPDB() bool { return w.PDBMaxUnavailable != "" || w.PDBMinAvailable != "" }
+
+// PDBFloor is the ready count the workload's PDB guarantees, computed as the disruption
+// controller computes desiredHealthy: replicas − maxUnavailable, or minAvailable, percentages
+// of replicas rounded up; never below 0 nor above replicas. 0 without a (valid) PDB.
+func (w Workload) PDBFloor() int32 {
+	switch {
+	case w.PDBMaxUnavailable != "":
+		m, err := ParseMaxUnavailable(w.PDBMaxUnavailable)
+		if err != nil {
+			return 0
+		}
+		return m.Floor(w.Replicas)
+	case w.PDBMinAvailable != "":
+		m, err := ParseMinAvailable(w.PDBMinAvailable)
+		if err != nil {
+			return 0
+		}
+		return m.Floor(w.Replicas)
+	}
+	return 0
 }
 
 // WarmPool is the WarmPool spec used in lifeboat mode (a subset with the simulation's needs).
@@ -381,6 +408,16 @@ func (s *Scenario) Validate() []*FieldError {
 		if w.PDBMaxUnavailable != "" {
 			if _, err := ParseMaxUnavailable(w.PDBMaxUnavailable); err != nil {
 				bad(f+".pdbMaxUnavailable", "%v", err)
+			}
+		}
+		if w.PDBMinAvailable != "" {
+			if w.PDBMaxUnavailable != "" {
+				bad(f+".pdbMinAvailable", "pdbMinAvailable and pdbMaxUnavailable are mutually exclusive (a PDB has one or the other)")
+			} else if m, err := ParseMinAvailable(w.PDBMinAvailable); err != nil {
+				bad(f+".pdbMinAvailable", "%v", err)
+			} else if !m.IsPercent && w.Replicas > 0 && m.Count > int(w.Replicas) {
+				bad(f+".pdbMinAvailable", "%d is more than replicas (%d); use %d or \"100%%\" for a PDB that allows no disruption",
+					m.Count, w.Replicas, w.Replicas)
 			}
 		}
 		switch w.CapacityType {

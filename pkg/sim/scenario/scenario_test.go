@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func TestBuiltinsParse(t *testing.T) {
@@ -63,6 +65,13 @@ workloads:
 		{"negative replicas", strings.Replace(base(""), "replicas: 3", "replicas: -1", 1), []string{"line 12", "workloads[0].replicas", "> 0"}},
 		{"bad kind", strings.Replace(base(""), "kind: Deployment", "kind: DaemonSet", 1), []string{"line 11", "workloads[0].kind", "DaemonSet"}},
 		{"bad pdb", base("  pdbMaxUnavailable: lots\n"), []string{"line 15", "pdbMaxUnavailable"}},
+		{"negative pdb", base("  pdbMaxUnavailable: \"-1\"\n"), []string{"line 15", "workloads[0].pdbMaxUnavailable", "count ≥ 0"}},
+		{"pdb above 100%", base("  pdbMaxUnavailable: 101%\n"), []string{"line 15", "workloads[0].pdbMaxUnavailable", "0%..100%"}},
+		{"bad min available", base("  pdbMinAvailable: most\n"), []string{"line 15", "workloads[0].pdbMinAvailable", "most"}},
+		{"min available percent above 100", base("  pdbMinAvailable: 120%\n"), []string{"line 15", "workloads[0].pdbMinAvailable", "0%..100%"}},
+		{"min available above replicas", base("  pdbMinAvailable: 4\n"), []string{"line 15", "workloads[0].pdbMinAvailable", "more than replicas (3)", "\"100%\""}},
+		{"both pdb fields", base("  pdbMaxUnavailable: \"1\"\n  pdbMinAvailable: \"2\"\n"),
+			[]string{"line 16", "workloads[0].pdbMinAvailable", "mutually exclusive"}},
 		{"lifeboat without pool", base("modes: [lifeboat]\n"), []string{"warmPool", "required"}},
 		{"event outside duration", base("events:\n- {at: 9m, kind: notice}\n"), []string{"line 16", "events[0].at"}},
 		{"event unknown pool type", base("events:\n- {at: 1m, kind: burst, count: 2, pool: {instanceType: x9.huge}}\n"), []string{"events[0].pool.instanceType", "x9.huge"}},
@@ -86,32 +95,116 @@ workloads:
 	if _, err := Parse("ok.yaml", []byte(base(""))); err != nil {
 		t.Fatalf("valid base rejected: %v", err)
 	}
+	// Zero-disruption and minAvailable PDBs, quoted or not, are real-cluster configurations.
+	for _, ok := range []string{
+		"  pdbMaxUnavailable: \"0\"\n", "  pdbMaxUnavailable: 0\n", "  pdbMaxUnavailable: 0%\n",
+		"  pdbMinAvailable: \"2\"\n", "  pdbMinAvailable: 2\n", "  pdbMinAvailable: 3\n",
+		"  pdbMinAvailable: 80%\n", "  pdbMinAvailable: 100%\n", "  pdbMinAvailable: 0\n",
+	} {
+		if _, err := Parse("ok.yaml", []byte(base(ok))); err != nil {
+			t.Errorf("%q rejected: %v", strings.TrimSpace(ok), err)
+		}
+	}
 }
 
 func TestPDBFloor(t *testing.T) {
 	tests := []struct {
-		mu       string
-		replicas int32
+		name     string
+		w        Workload
 		want     int32
+		wantSpec string // the value as the PDB gets it
 	}{
-		{"20%", 12, 9}, // 2.4 rounds up to 3 unavailable
-		{"20%", 5, 4},
-		{"1", 3, 2},
-		{"50%", 1, 0},
-		{"5", 3, 0},
+		// maxUnavailable: replicas − ⌈pct × replicas⌉ (the number allowed unavailable rounds up).
+		{"20% of 12", Workload{Replicas: 12, PDBMaxUnavailable: "20%"}, 9, "20%"}, // 2.4 → 3 unavailable
+		{"20% of 5", Workload{Replicas: 5, PDBMaxUnavailable: "20%"}, 4, "20%"},
+		{"10% of 12", Workload{Replicas: 12, PDBMaxUnavailable: "10%"}, 10, "10%"}, // 1.2 → 2
+		{"1% of 3", Workload{Replicas: 3, PDBMaxUnavailable: "1%"}, 2, "1%"},       // any percentage > 0 allows one
+		{"max 1 of 3", Workload{Replicas: 3, PDBMaxUnavailable: "1"}, 2, "1"},
+		{"50% of 1", Workload{Replicas: 1, PDBMaxUnavailable: "50%"}, 0, "50%"},
+		{"max 5 of 3", Workload{Replicas: 3, PDBMaxUnavailable: "5"}, 0, "5"},
+		{"100% of 7", Workload{Replicas: 7, PDBMaxUnavailable: "100%"}, 0, "100%"},
+		{"max 0", Workload{Replicas: 12, PDBMaxUnavailable: "0"}, 12, "0"},
+		{"max 0%", Workload{Replicas: 12, PDBMaxUnavailable: "0%"}, 12, "0%"},
+		// minAvailable: ⌈pct × replicas⌉ (the number required available rounds up).
+		{"min 2 of 5", Workload{Replicas: 5, PDBMinAvailable: "2"}, 2, "2"},
+		{"min 80% of 12", Workload{Replicas: 12, PDBMinAvailable: "80%"}, 10, "80%"}, // 9.6 → 10
+		{"min 80% of 10", Workload{Replicas: 10, PDBMinAvailable: "80%"}, 8, "80%"},
+		{"min 50% of 3", Workload{Replicas: 3, PDBMinAvailable: "50%"}, 2, "50%"}, // 1.5 → 2
+		{"min 1% of 12", Workload{Replicas: 12, PDBMinAvailable: "1%"}, 1, "1%"},
+		{"min 100%", Workload{Replicas: 12, PDBMinAvailable: "100%"}, 12, "100%"},
+		{"min = replicas", Workload{Replicas: 12, PDBMinAvailable: "12"}, 12, "12"},
+		{"min 0", Workload{Replicas: 12, PDBMinAvailable: "0"}, 0, "0"},
+		{"min 0%", Workload{Replicas: 12, PDBMinAvailable: "0%"}, 0, "0%"},
+		{"min above replicas is capped", Workload{Replicas: 3, PDBMinAvailable: "5"}, 3, "5"},
+		{"no PDB", Workload{Replicas: 12}, 0, ""},
+		{"invalid value", Workload{Replicas: 12, PDBMinAvailable: "x"}, 0, "x"},
 	}
 	for _, tt := range tests {
-		m, err := ParseMaxUnavailable(tt.mu)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := m.Floor(tt.replicas); got != tt.want {
-			t.Errorf("%s of %d: floor %d, want %d", tt.mu, tt.replicas, got, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.w.PDBFloor(); got != tt.want {
+				t.Errorf("floor %d, want %d", got, tt.want)
+			}
+			if got := tt.w.HasPDB(); got != (tt.wantSpec != "") {
+				t.Errorf("HasPDB = %v", got)
+			}
+			if tt.wantSpec == "" || tt.wantSpec == "x" {
+				return
+			}
+			// The disruption controller's own arithmetic (desiredHealthy) agrees.
+			v := intstr.Parse(tt.wantSpec)
+			scaled, err := intstr.GetScaledValueFromIntOrPercent(&v, int(tt.w.Replicas), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := scaled
+			if tt.w.PDBMaxUnavailable != "" {
+				want = int(tt.w.Replicas) - scaled
+			}
+			want = max(0, min(want, int(tt.w.Replicas)))
+			if int(tt.want) != want {
+				t.Errorf("table says %d, the disruption controller's arithmetic %d", tt.want, want)
+			}
+		})
 	}
-	for _, bad := range []string{"0", "-1", "0%", "101%", "x"} {
-		if _, err := ParseMaxUnavailable(bad); err == nil {
-			t.Errorf("%q accepted", bad)
+}
+
+func TestParsePDBValues(t *testing.T) {
+	tests := []struct {
+		in        string
+		count     int
+		percent   int
+		isPercent bool
+		wantErr   bool
+	}{
+		{in: "0", count: 0},
+		{in: "1", count: 1},
+		{in: "12", count: 12},
+		{in: "0%", isPercent: true},
+		{in: "20%", percent: 20, isPercent: true},
+		{in: "100%", percent: 100, isPercent: true},
+		{in: "-1", wantErr: true},
+		{in: "-5%", wantErr: true},
+		{in: "101%", wantErr: true},
+		{in: "1.5", wantErr: true},
+		{in: "2.5%", wantErr: true},
+		{in: "%", wantErr: true},
+		{in: "x", wantErr: true},
+		{in: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		mu, errMax := ParseMaxUnavailable(tt.in)
+		ma, errMin := ParseMinAvailable(tt.in)
+		for what, err := range map[string]error{"maxUnavailable": errMax, "minAvailable": errMin} {
+			if (err != nil) != tt.wantErr {
+				t.Errorf("%s %q: error %v, want error %v", what, tt.in, err, tt.wantErr)
+			}
+		}
+		if tt.wantErr {
+			continue
+		}
+		want := MaxUnavailable{Count: tt.count, Percent: tt.percent, IsPercent: tt.isPercent}
+		if mu != want || MaxUnavailable(ma) != want {
+			t.Errorf("%q: parsed %+v / %+v, want %+v", tt.in, mu, ma, want)
 		}
 	}
 }

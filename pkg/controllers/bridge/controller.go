@@ -1,0 +1,554 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+)
+
+// IndexPodNodeName is the Pod index by spec.nodeName (registered by the interruption
+// controller's RegisterIndexes; same name).
+const IndexPodNodeName = "spec.nodeName"
+
+// Controller runs the bridge: the node reconciler writes the holds and moves StatefulSet Pods,
+// the surge reconciler surges Deployments and removes their held Pods.
+type Controller struct {
+	client   client.Client
+	live     client.Reader
+	clock    clock.Clock
+	recorder events.EventRecorder
+	opts     Options
+
+	// seats serializes the node reconciles' seat accounting: the lifeboats are shared by every
+	// interrupted node of a burst.
+	seats sync.Mutex
+	// grants are the holds this process wrote, by Pod, until the cache shows them.
+	grantsMu  sync.Mutex
+	grants    map[types.UID]string
+	grantedAt map[types.UID]time.Time
+}
+
+// New returns the controller. live reads the API server: the ready counts that decide a
+// removal must not lag behind the Pods this controller just deleted.
+func New(c client.Client, live client.Reader, clk clock.Clock, rec events.EventRecorder, o Options) *Controller {
+	return &Controller{client: c, live: live, clock: clk, recorder: rec, opts: o,
+		grants: map[types.UID]string{}, grantedAt: map[types.UID]time.Time{}}
+}
+
+// Register adds both reconcilers.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	// An interrupted Node is looked at when it is decided and whenever one of its lifeboats
+	// changes (turns Ready).
+	toInterrupted := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if _, ok := o.GetAnnotations()[v1alpha1.AnnotationResumeDecision]; ok {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+		}
+		if target := o.GetLabels()[v1alpha1.LabelResumedFor]; target != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: target}}}
+		}
+		return nil
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("bridge").
+		Watches(&corev1.Node{}, toInterrupted).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		Complete(reconcile.Func(c.ReconcileNode)); err != nil {
+		return err
+	}
+	surging := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		_, ok := o.GetAnnotations()[v1alpha1.AnnotationBridgeSurge]
+		return ok
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("bridge-surge").
+		For(&appsv1.Deployment{}, builder.WithPredicates(surging)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(reconcile.Func(c.ReconcileSurge))
+}
+
+// ReconcileNode advances the bridge of one interrupted Node.
+func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx).WithValues("node", req.Name)
+	ctx = klog.NewContext(ctx, logger)
+	n := &corev1.Node{}
+	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	decision, decided := n.Annotations[v1alpha1.AnnotationResumeDecision]
+	if !decided || n.Labels[v1alpha1.LabelPool] != "" {
+		return reconcile.Result{}, nil
+	}
+	c.seats.Lock()
+	defer c.seats.Unlock()
+	s, err := c.observeNode(ctx, n, decision)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	plan := PlanNode(s, c.opts)
+	// The surge first, then the holds: a crash between the two leaves a surge without holds
+	// (its Pods are drained as without Lifeboat, the surge goes back once they are gone) —
+	// never holds without a surge.
+	if err := c.ensureSurges(ctx, n, plan.Hold); err != nil {
+		return reconcile.Result{}, err
+	}
+	var errs []error
+	for _, a := range plan.Hold {
+		value := nodeutil.FormatTime(a.Until)
+		if err := c.setHold(ctx, a.Pod, value); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.grant(a.Pod, value)
+		metrics.BridgeHolds.WithLabelValues(kindOf(a.Pod)).Inc()
+		c.recorder.Eventf(a.Pod, n, corev1.EventTypeNormal, v1alpha1.EventEvictionHeld, "Hold",
+			"Eviction held until %s (at the latest) while the replacement starts on a lifeboat: node %s is interrupted", a.Until.UTC().Format("15:04:05"), n.Name)
+	}
+	for _, a := range plan.Release {
+		if err := c.setHold(ctx, a.Pod, v1alpha1.EvictionHoldReleased); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		metrics.BridgeReleases.WithLabelValues(a.Reason).Inc()
+		c.recorder.Eventf(a.Pod, n, corev1.EventTypeWarning, v1alpha1.EventEvictionReleased, "Release",
+			"Eviction no longer held (%s): the drain of interrupted node %s proceeds as without Lifeboat", a.Reason, n.Name)
+	}
+	for _, p := range plan.Move {
+		if err := c.move(ctx, n, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return reconcile.Result{}, err
+	}
+	if plan.Busy {
+		return reconcile.Result{RequeueAfter: c.opts.Poll}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision string) (NodeState, error) {
+	s := NodeState{Now: c.clock.Now(), Decided: true, None: decision == "none" || decision == ""}
+	if start, ok := policy.DrainStart(n); ok {
+		s.NoticeAt = start
+	} else {
+		s.NoticeAt = s.Now
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.client.List(ctx, nodes); err != nil {
+		return s, err
+	}
+	bound := map[string][]*corev1.Pod{}
+	var held []*corev1.Pod
+	heldUIDs := map[types.UID]bool{}
+	for i := range nodes.Items {
+		m := &nodes.Items[i]
+		_, interrupted := m.Annotations[v1alpha1.AnnotationResumeDecision]
+		boat := nodeutil.Pool(m) != "" && nodeutil.State(m) == v1alpha1.NodeStateActive && m.DeletionTimestamp == nil
+		if !interrupted && !boat {
+			continue
+		}
+		pods, err := c.podsOn(ctx, m.Name)
+		if err != nil {
+			return s, err
+		}
+		if boat {
+			s.Lifeboats = append(s.Lifeboats, m)
+			bound[m.Name] = pods
+			continue
+		}
+		for _, p := range pods {
+			if c.heldAt(p, s.Now) {
+				held = append(held, p)
+				heldUIDs[p.UID] = true
+			}
+			if m.Name == n.Name && p.Labels[v1alpha1.LabelProtected] == "true" {
+				s.Protected = append(s.Protected, c.withGrant(p))
+			}
+		}
+	}
+	pending := &corev1.PodList{}
+	if err := c.client.List(ctx, pending, client.MatchingLabels{v1alpha1.LabelProtected: "true"}); err != nil {
+		return s, err
+	}
+	var waiting []*corev1.Pod
+	for i := range pending.Items {
+		if p := &pending.Items[i]; p.Spec.NodeName == "" && p.DeletionTimestamp == nil && !nodeutil.IsTerminal(p) {
+			waiting = append(waiting, p)
+		}
+	}
+	s.Free = FreeSeats(s.Lifeboats, bound, held, waiting)
+	stss := map[string]bool{}
+	for _, p := range s.Protected {
+		if sts := statefulSetOf(p); sts != "" && heldUIDs[p.UID] {
+			stss[sts] = true
+		}
+	}
+	s.SettledStatefulSets = map[string]bool{}
+	for key := range stss {
+		settled, err := c.statefulSetSettled(ctx, key)
+		if err != nil {
+			return s, err
+		}
+		s.SettledStatefulSets[key] = settled
+	}
+	return s, nil
+}
+
+// podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index).
+func (c *Controller) podsOn(ctx context.Context, node string) ([]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := c.client.List(ctx, list, client.MatchingFields{IndexPodNodeName: node}); err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		if p := &list.Items[i]; p.DeletionTimestamp == nil && !nodeutil.IsTerminal(p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// heldAt: the Pod's eviction is held at now — by its annotation, or by a hold this process
+// wrote that the cache does not show yet.
+func (c *Controller) heldAt(p *corev1.Pod, now time.Time) bool {
+	until, released, decided := HoldState(c.withGrant(p))
+	return decided && !released && now.Before(until)
+}
+
+// withGrant returns p with the hold this process wrote for it when the cached copy lacks it:
+// node reconciles run one at a time, and the next one must count the seats the previous one
+// granted a moment ago.
+func (c *Controller) withGrant(p *corev1.Pod) *corev1.Pod {
+	if _, ok := p.Annotations[v1alpha1.AnnotationEvictionHold]; ok {
+		return p
+	}
+	c.grantsMu.Lock()
+	value, ok := c.grants[p.UID]
+	c.grantsMu.Unlock()
+	if !ok {
+		return p
+	}
+	p = p.DeepCopy()
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[v1alpha1.AnnotationEvictionHold] = value
+	return p
+}
+
+// grant remembers a hold this process wrote (forgotten after a minute: by then the cache shows it).
+func (c *Controller) grant(p *corev1.Pod, value string) {
+	c.grantsMu.Lock()
+	defer c.grantsMu.Unlock()
+	now := c.clock.Now()
+	for uid, at := range c.grantedAt {
+		if now.Sub(at) > time.Minute {
+			delete(c.grants, uid)
+			delete(c.grantedAt, uid)
+		}
+	}
+	c.grants[p.UID] = value
+	c.grantedAt[p.UID] = now
+}
+
+// statefulSetSettled: every replica of the StatefulSet exists, is Ready and is not
+// terminating — read from the API server, so a Pod this controller evicted a moment ago counts
+// as down.
+func (c *Controller) statefulSetSettled(ctx context.Context, key string) (bool, error) {
+	ns, name, _ := cutKey(key)
+	sts := &appsv1.StatefulSet{}
+	if err := c.live.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, sts); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
+	if err != nil {
+		return false, err
+	}
+	pods := &corev1.PodList{}
+	if err := c.live.List(ctx, pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return false, err
+	}
+	var ready int32
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil {
+			return false, nil
+		}
+		if nodeutil.PodReady(p) {
+			ready++
+		}
+	}
+	return ready >= ptr.Deref(sts.Spec.Replicas, 1), nil
+}
+
+func cutKey(key string) (string, string, bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}
+
+// setHold writes the Pod's hold annotation (a merge patch: nothing else of the Pod changes).
+func (c *Controller) setHold(ctx context.Context, p *corev1.Pod, value string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationEvictionHold: value}}})
+	if err := c.client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("write the eviction hold of %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
+
+// move lets a held StatefulSet Pod go to its Ready lifeboat: released, then evicted (the
+// Eviction API applies its PodDisruptionBudget; a refusal leaves it to the drainer).
+func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod) error {
+	if err := c.setHold(ctx, p, v1alpha1.EvictionHoldReleased); err != nil {
+		return err
+	}
+	metrics.BridgeReleases.WithLabelValues(ReleaseMoved).Inc()
+	err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(p.UID)}}})
+	switch {
+	case err == nil:
+		c.recorder.Eventf(p, n, corev1.EventTypeNormal, v1alpha1.EventBridgeMove, "Move",
+			"Moved to a Ready lifeboat, one replica at a time: node %s is interrupted", n.Name)
+		return nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil
+	case apierrors.IsTooManyRequests(err):
+		klog.FromContext(ctx).V(2).Info("StatefulSet Pod released; its PodDisruptionBudget refused the move, the drain will evict it", "pod", klog.KObj(p))
+		return nil
+	default:
+		return fmt.Errorf("evict %s/%s to its lifeboat: %w", p.Namespace, p.Name, err)
+	}
+}
+
+func kindOf(p *corev1.Pod) string {
+	if statefulSetOf(p) != "" {
+		return "StatefulSet"
+	}
+	return "Deployment"
+}
+
+// ensureSurges adds this node's entry to the bridge surge of every Deployment whose Pods on it
+// are about to be held: replicas + those Pods, so their replacements start before they leave.
+func (c *Controller) ensureSurges(ctx context.Context, n *corev1.Node, holds []PodAction) error {
+	counts := map[types.NamespacedName]int32{}
+	for _, a := range holds {
+		if statefulSetOf(a.Pod) != "" {
+			continue
+		}
+		d, err := c.deploymentOf(ctx, a.Pod)
+		if err != nil {
+			return err
+		}
+		if d.Name != "" {
+			counts[d]++
+		}
+	}
+	keys := make([]types.NamespacedName, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		if err := c.addSurge(ctx, k, n.Name, counts[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Controller) deploymentOf(ctx context.Context, p *corev1.Pod) (types.NamespacedName, error) {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "ReplicaSet" {
+		return types.NamespacedName{}, nil
+	}
+	rs := &appsv1.ReplicaSet{}
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}, rs); err != nil {
+		return types.NamespacedName{}, client.IgnoreNotFound(err)
+	}
+	if d := metav1.GetControllerOf(rs); d != nil && d.Kind == "Deployment" {
+		return types.NamespacedName{Namespace: p.Namespace, Name: d.Name}, nil
+	}
+	return types.NamespacedName{}, nil
+}
+
+// addSurge raises the Deployment's replicas by count for node's held Pods, once per node (the
+// entry in the surge annotation is the record), and its HPA's bounds with it.
+func (c *Controller) addSurge(ctx context.Context, key types.NamespacedName, node string, count int32) error {
+	d := &appsv1.Deployment{}
+	if err := c.client.Get(ctx, key, d); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	s, err := ParseSurge(d.Annotations[v1alpha1.AnnotationBridgeSurge])
+	if err != nil {
+		return err
+	}
+	if _, done := s.Nodes[node]; done {
+		return nil
+	}
+	replicas := ptr.Deref(d.Spec.Replicas, 1)
+	if len(s.Nodes) == 0 {
+		s.Base = replicas
+		if raw := d.Annotations[v1alpha1.AnnotationHandoffSurge]; raw != "" {
+			var hs handoff.Surge
+			if json.Unmarshal([]byte(raw), &hs) == nil {
+				s.Base = max(replicas-hs.Surge, 1)
+			}
+		}
+	}
+	s.Nodes[node] = count
+	before := d.DeepCopy()
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	d.Annotations[v1alpha1.AnnotationBridgeSurge] = s.String()
+	d.Spec.Replicas = ptr.To(replicas + count)
+	if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("surge %s for the held Pods on %s: %w", key, node, err)
+	}
+	c.recorder.Eventf(d, nil, corev1.EventTypeNormal, v1alpha1.EventBridged, "Surge",
+		"Surging +%d replicas for the Pods held on interrupted node %s; they leave once their replacements are Ready", count, node)
+	return scaling.RaiseHPA(ctx, c.client, d, replicas+count)
+}
+
+// ReconcileSurge advances one Deployment's bridge surge.
+func (c *Controller) ReconcileSurge(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx).WithValues("deployment", req.NamespacedName)
+	ctx = klog.NewContext(ctx, logger)
+	d := &appsv1.Deployment{}
+	if err := c.client.Get(ctx, req.NamespacedName, d); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	raw, ok := d.Annotations[v1alpha1.AnnotationBridgeSurge]
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	s, err := ParseSurge(raw)
+	if err != nil {
+		// Not ours to guess: drop the record; replicas stay (an HPA or a user sets them).
+		logger.Error(err, "Dropping an unreadable bridge surge")
+		return reconcile.Result{}, c.finishSurge(ctx, d, Surge{Nodes: map[string]int32{}}, 0)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	pods, err := c.livePods(ctx, d.Namespace, sel)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	step := PlanSurge(s, pods)
+	if len(step.Gone) == 0 && step.Remove == "" {
+		return reconcile.Result{RequeueAfter: c.opts.Poll}, nil
+	}
+	var back int32
+	for _, node := range step.Gone {
+		back += s.Nodes[node]
+		metrics.BridgeRemoved.WithLabelValues("gone").Add(float64(s.Nodes[node]))
+		delete(s.Nodes, node)
+	}
+	if step.Remove != "" {
+		for _, p := range step.RemovePods {
+			if err := c.setDeletionCost(ctx, p); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		back += s.Nodes[step.Remove]
+		delete(s.Nodes, step.Remove)
+	}
+	if err := c.finishSurge(ctx, d, s, back); err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, p := range step.RemovePods {
+		if err := c.client.Delete(ctx, p, client.Preconditions{UID: ptr.To(p.UID)}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return reconcile.Result{}, fmt.Errorf("remove held Pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		metrics.BridgeRemoved.WithLabelValues("bridged").Inc()
+	}
+	if step.Remove != "" {
+		c.recorder.Eventf(d, nil, corev1.EventTypeNormal, v1alpha1.EventBridged, "Remove",
+			"Replacements Ready: removed the %d Pods held on interrupted node %s, replicas back by the surge", len(step.RemovePods), step.Remove)
+	}
+	return reconcile.Result{RequeueAfter: c.opts.Poll}, nil
+}
+
+func (c *Controller) livePods(ctx context.Context, ns string, sel labels.Selector) ([]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := c.live.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+func (c *Controller) setDeletionCost(ctx context.Context, p *corev1.Pod) error {
+	if p.Annotations[corev1.PodDeletionCost] == handoff.DeletionCost {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{corev1.PodDeletionCost: handoff.DeletionCost}}})
+	if err := c.client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("give %s/%s the lowest deletion cost: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
+
+// finishSurge writes the remaining surge record (none: the annotation goes, and the HPA's bounds
+// are restored first unless a handoff surge still needs them) and takes back replicas.
+func (c *Controller) finishSurge(ctx context.Context, d *appsv1.Deployment, s Surge, back int32) error {
+	if len(s.Nodes) == 0 {
+		if handoffSurging, _ := scaling.Surging(d); !handoffSurging {
+			if err := scaling.RestoreHPA(ctx, c.client, d); err != nil {
+				return err
+			}
+		}
+	}
+	before := d.DeepCopy()
+	if len(s.Nodes) == 0 {
+		delete(d.Annotations, v1alpha1.AnnotationBridgeSurge)
+	} else {
+		d.Annotations[v1alpha1.AnnotationBridgeSurge] = s.String()
+	}
+	// If something else changed replicas meanwhile (an HPA, a user), take back only the surge.
+	cur := ptr.Deref(d.Spec.Replicas, 1)
+	d.Spec.Replicas = ptr.To(max(cur-back, min(cur, max(s.Base, 1))))
+	if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("take back the bridge surge of %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
+}

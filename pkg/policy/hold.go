@@ -1,0 +1,116 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+)
+
+// DefaultPendingHold bounds how long a protected Pod of a Spot node that is being drained is
+// held while Lifeboat has not yet decided about it: the decision follows the notice in well
+// under a second (docs/BENCHMARKS.md), so ten seconds only matter when Lifeboat's controller
+// is down — and then the drain goes on as without Lifeboat.
+const DefaultPendingHold = 10 * time.Second
+
+// HoldVerdict is the answer to "may this Pod be evicted now".
+type HoldVerdict struct {
+	// Hold: refuse the eviction (HTTP 429, as a PodDisruptionBudget would); the drainer retries.
+	Hold bool
+	// Until is the latest time the hold can last (set when Hold).
+	Until time.Time
+	// Reason says why, in words, for the eviction's caller and the logs.
+	Reason string
+}
+
+// EvictionHold decides whether an eviction of pod, running on node (nil when unknown), is
+// refused at now (docs/WARMPOOL.md "Bridge"). Two holds exist:
+//
+//   - the bridge controller's: the Pod's lifeboat.dev/eviction-hold annotation holds an RFC 3339
+//     deadline; the eviction is refused until then, whatever else the cluster says, and let
+//     through from then on (a crashed controller cannot extend a hold). "released" lets it go.
+//   - the pending hold, which makes the bridge race-free against a drainer that starts from the
+//     same notice: a protected Pod of a Deployment or StatefulSet, on a Spot node that is being
+//     drained (deletion requested, Karpenter's disrupted taint, or Lifeboat's interruption mark)
+//     is held for at most pending after the drain started, until the bridge controller writes
+//     the Pod's annotation — a hold, or "released" (also when the node got no lifeboat: a seat
+//     on another interrupted node's lifeboat may still be free).
+//
+// Everything else is let through: Lifeboat never blocks an eviction it has no reason to.
+func EvictionHold(pod *corev1.Pod, node *corev1.Node, now time.Time, pending time.Duration) HoldVerdict {
+	if raw, ok := pod.Annotations[v1alpha1.AnnotationEvictionHold]; ok {
+		if raw == v1alpha1.EvictionHoldReleased {
+			return HoldVerdict{Reason: "hold released by Lifeboat"}
+		}
+		until, err := time.Parse(time.RFC3339Nano, raw)
+		if err != nil {
+			return HoldVerdict{Reason: fmt.Sprintf("ignoring unparsable %s %q", v1alpha1.AnnotationEvictionHold, raw)}
+		}
+		if now.Before(until) {
+			return HoldVerdict{Hold: true, Until: until, Reason: fmt.Sprintf(
+				"Lifeboat holds this Pod until %s while its replacement starts on a lifeboat node (retry later)", until.UTC().Format(time.RFC3339))}
+		}
+		return HoldVerdict{Reason: "hold expired at " + until.UTC().Format(time.RFC3339)}
+	}
+	if !Bridgeable(pod) || node == nil || pod.DeletionTimestamp != nil {
+		return HoldVerdict{Reason: "not a Pod Lifeboat bridges"}
+	}
+	if node.Labels[v1alpha1.LabelCapacityType] != "spot" {
+		return HoldVerdict{Reason: "not on a Spot node"}
+	}
+	start, ok := DrainStart(node)
+	if !ok {
+		return HoldVerdict{Reason: "the node is not being drained"}
+	}
+	if pending <= 0 {
+		return HoldVerdict{Reason: "pending holds are disabled"}
+	}
+	until := start.Add(pending)
+	if !now.Before(until) {
+		return HoldVerdict{Reason: "Lifeboat did not decide in time; letting the drain proceed"}
+	}
+	return HoldVerdict{Hold: true, Until: until, Reason: fmt.Sprintf(
+		"Lifeboat is preparing a lifeboat for this Pod (node %s is interrupted); retry after %s", node.Name, until.UTC().Format(time.RFC3339))}
+}
+
+// Bridgeable reports whether Lifeboat holds the Pod's eviction for a bridge: a protected Pod
+// that may use lifeboat nodes (not the critical tier) and whose controller can make its
+// replacement first — a ReplicaSet (of a Deployment: surge) or a StatefulSet (moved one at a
+// time). Job Pods are never held: a held Job Pod gains nothing, its Job restarts it from its
+// checkpoint wherever it lands.
+func Bridgeable(pod *corev1.Pod) bool {
+	if pod.Labels[v1alpha1.LabelProtected] != "true" || pod.Labels[v1alpha1.LabelTier] == string(v1alpha1.TierCritical) {
+		return false
+	}
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && (ref.Kind == "ReplicaSet" || ref.Kind == "StatefulSet")
+}
+
+// DrainStart is when the node started going away: the earliest of its deletion request,
+// Lifeboat's interruption mark and the time Karpenter's disrupted taint (or Lifeboat's
+// interruption taint) was added. False when none is set.
+func DrainStart(node *corev1.Node) (time.Time, bool) {
+	var start time.Time
+	earliest := func(t time.Time) {
+		if !t.IsZero() && (start.IsZero() || t.Before(start)) {
+			start = t
+		}
+	}
+	if node.DeletionTimestamp != nil {
+		earliest(node.DeletionTimestamp.Time)
+	}
+	if raw := node.Annotations[v1alpha1.AnnotationInterruptedAt]; raw != "" {
+		if t, err := time.Parse(time.RFC3339Nano, raw); err == nil {
+			earliest(t)
+		}
+	}
+	for _, t := range node.Spec.Taints {
+		if (t.Key == v1alpha1.TaintKarpenterDisrupted || t.Key == v1alpha1.TaintInterrupted) && t.TimeAdded != nil {
+			earliest(t.TimeAdded.Time)
+		}
+	}
+	return start, !start.IsZero()
+}
