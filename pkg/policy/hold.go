@@ -89,6 +89,10 @@ func Bridgeable(pod *corev1.Pod) bool {
 	return ref != nil && (ref.Kind == "ReplicaSet" || ref.Kind == "StatefulSet")
 }
 
+// SourceRebalance is the interruption source of a Node Lifeboat marked for a rebalance
+// recommendation (pre-resume), not an interruption.
+const SourceRebalance = "sqs/RebalanceRecommendation"
+
 // DrainStart is when the node started going away: the earliest of its deletion request,
 // Lifeboat's interruption mark and the time Karpenter's disrupted taint (or Lifeboat's
 // interruption taint) was added. False when none is set.
@@ -102,13 +106,15 @@ func DrainStart(node *corev1.Node) (time.Time, bool) {
 	if node.DeletionTimestamp != nil {
 		earliest(node.DeletionTimestamp.Time)
 	}
-	if raw := node.Annotations[v1alpha1.AnnotationInterruptedAt]; raw != "" {
+	// A rebalance recommendation's mark is no drain: Lifeboat pre-resumes, nobody evicts.
+	rebalance := node.Annotations[v1alpha1.AnnotationInterruptionSource] == SourceRebalance
+	if raw := node.Annotations[v1alpha1.AnnotationInterruptedAt]; raw != "" && !rebalance {
 		if t, err := time.Parse(time.RFC3339Nano, raw); err == nil {
 			earliest(t)
 		}
 	}
 	for _, t := range node.Spec.Taints {
-		if (t.Key == v1alpha1.TaintKarpenterDisrupted || t.Key == v1alpha1.TaintInterrupted) && t.TimeAdded != nil {
+		if (t.Key == v1alpha1.TaintKarpenterDisrupted || t.Key == v1alpha1.TaintInterrupted && !rebalance) && t.TimeAdded != nil {
 			earliest(t.TimeAdded.Time)
 		}
 	}

@@ -108,6 +108,11 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 	if !decided || n.Labels[v1alpha1.LabelPool] != "" {
 		return reconcile.Result{}, nil
 	}
+	if n.Annotations[v1alpha1.AnnotationInterruptionSource] == policy.SourceRebalance {
+		// A rebalance recommendation is not an eviction: nothing to hold. A real interruption
+		// of the node re-marks it, and the bridge starts then.
+		return reconcile.Result{}, nil
+	}
 	c.seats.Lock()
 	defer c.seats.Unlock()
 	s, err := c.observeNode(ctx, n, decision)

@@ -272,32 +272,44 @@ func subtract(from, req corev1.ResourceList) {
 // less the requests of the Pods bound to it (bound: lifeboat name → its non-terminal Pods),
 // less the held Pods of every interrupted node whose replacement is not bound to a lifeboat
 // yet, less the protected Pods waiting for a node that are no held Pod's replacement
-// (pending: evicted Job Pods, say). A held Pod and its replacement share their controller (a
-// surge Pod of the same ReplicaSet, a StatefulSet Pod recreated under its name): per
-// controller, as many held Pods as it has Pods on lifeboats count as seated already.
+// (pending: evicted Job Pods, say). A held Deployment Pod and its replacement (a surge Pod)
+// share their ReplicaSet: per ReplicaSet, as many held Pods as it has Pods on lifeboats created
+// since the holds began count as seated already. A held StatefulSet Pod is its own replacement
+// (it moves under its name), so it always needs a seat of its own.
 func FreeSeats(lifeboats []*corev1.Node, bound map[string][]*corev1.Pod, held, pending []*corev1.Pod) []corev1.ResourceList {
+	byOwner := map[string][]*corev1.Pod{}
+	since := map[string]time.Time{}
+	for _, p := range held {
+		k := ownerKey(p)
+		byOwner[k] = append(byOwner[k], p)
+		// A hold ends at notice + notice − grace − margin: its notice came at most a notice
+		// before its deadline.
+		if until, _, _ := HoldState(p); !until.IsZero() {
+			if start := until.Add(-policy.DefaultNoticeBudget); since[k].IsZero() || start.Before(since[k]) {
+				since[k] = start
+			}
+		}
+	}
 	free := make([]corev1.ResourceList, len(lifeboats))
-	onBoats := map[string]int{}
+	surged := map[string]int{}
 	for i, n := range lifeboats {
 		free[i] = n.Status.Allocatable.DeepCopy()
 		for _, p := range bound[n.Name] {
 			subtract(free[i], nodeutil.PodRequests(p))
-			onBoats[ownerKey(p)]++
+			if k := ownerKey(p); replicaSetOwned(p) && !p.CreationTimestamp.Time.Before(since[k]) {
+				surged[k]++
+			}
 		}
-	}
-	byOwner := map[string][]*corev1.Pod{}
-	for _, p := range held {
-		byOwner[ownerKey(p)] = append(byOwner[ownerKey(p)], p)
 	}
 	var demand []*corev1.Pod
 	for owner, pods := range byOwner {
 		sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-		if seated := onBoats[owner]; seated < len(pods) {
+		if seated := surged[owner]; seated < len(pods) {
 			demand = append(demand, pods[seated:]...)
 		}
 	}
 	for _, p := range pending {
-		if _, replacement := byOwner[ownerKey(p)]; !replacement {
+		if _, surge := byOwner[ownerKey(p)]; !surge || !replicaSetOwned(p) {
 			demand = append(demand, p)
 		}
 	}
@@ -305,6 +317,11 @@ func FreeSeats(lifeboats []*corev1.Node, bound map[string][]*corev1.Pod, held, p
 		take(free, nodeutil.PodRequests(p)) // what does not fit takes nothing
 	}
 	return free
+}
+
+func replicaSetOwned(p *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.Kind == "ReplicaSet"
 }
 
 func ownerKey(p *corev1.Pod) string {

@@ -1,0 +1,595 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
+)
+
+// The notice came 5 s before ctrlNow.
+var (
+	ctrlNotice = time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
+	ctrlNow    = ctrlNotice.Add(5 * time.Second)
+)
+
+var apiLabels = map[string]string{"app": "api"}
+
+func interruptedNode(name, decision string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{v1alpha1.LabelCapacityType: "spot"},
+		Annotations: map[string]string{v1alpha1.AnnotationResumeDecision: decision,
+			v1alpha1.AnnotationInterruptedAt: nodeutil.FormatTime(ctrlNotice)}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule}}}}
+}
+
+func poolNode(name, resumedFor string, ready bool, cpu string) *corev1.Node {
+	n := lifeboat(name, ready, cpu, "16Gi")
+	n.Labels[v1alpha1.LabelResumedFor] = resumedFor
+	return n
+}
+
+// appPod is a Pod of Deployment api (ReplicaSet api-1) on node.
+func appPod(name, node string, protected, ready bool) *corev1.Pod {
+	labels := map[string]string{"app": "api"}
+	if protected {
+		labels[v1alpha1.LabelProtected] = "true"
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, UID: types.UID("uid-" + name), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "api-1", UID: "rs", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	}
+}
+
+func apiDeployment(replicas int32, annotations map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "api", UID: "dep", Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: apiLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: apiLabels}}}}
+}
+
+func apiReplicaSet() *appsv1.ReplicaSet {
+	return &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "api-1", UID: "rs",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "api", UID: "dep", Controller: ptr.To(true)}}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: apiLabels}}}
+}
+
+func apiHPA() *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "api"},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "api"},
+			MinReplicas: ptr.To[int32](2), MaxReplicas: 6}}
+}
+
+type harness struct {
+	ctrl *Controller
+	c    client.Client
+	clk  *clocktesting.FakeClock
+	rec  *events.FakeRecorder
+}
+
+func newHarness(t *testing.T, objs ...client.Object) *harness {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		Build()
+	clk := clocktesting.NewFakeClock(ctrlNow)
+	rec := events.NewFakeRecorder(1000)
+	return &harness{ctrl: New(c, c, clk, rec, DefaultOptions()), c: c, clk: clk, rec: rec}
+}
+
+func (h *harness) reconcileNode(t *testing.T, name string) reconcile.Result {
+	t.Helper()
+	res, err := h.ctrl.ReconcileNode(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	if err != nil {
+		t.Fatalf("ReconcileNode(%s): %v", name, err)
+	}
+	return res
+}
+
+func (h *harness) reconcileSurge(t *testing.T) reconcile.Result {
+	t.Helper()
+	res, err := h.ctrl.ReconcileSurge(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "app", Name: "api"}})
+	if err != nil {
+		t.Fatalf("ReconcileSurge: %v", err)
+	}
+	return res
+}
+
+func (h *harness) pod(t *testing.T, name string) (*corev1.Pod, bool) {
+	t.Helper()
+	p := &corev1.Pod{}
+	err := h.c.Get(context.Background(), types.NamespacedName{Namespace: "app", Name: name}, p)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, true
+}
+
+func (h *harness) hold(t *testing.T, name string) string {
+	t.Helper()
+	p, ok := h.pod(t, name)
+	if !ok {
+		t.Fatalf("Pod %s is gone", name)
+	}
+	return p.Annotations[v1alpha1.AnnotationEvictionHold]
+}
+
+func (h *harness) deployment(t *testing.T) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: "app", Name: "api"}, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (h *harness) hpa(t *testing.T) *autoscalingv2.HorizontalPodAutoscaler {
+	t.Helper()
+	a := &autoscalingv2.HorizontalPodAutoscaler{}
+	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: "app", Name: "api"}, a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (h *harness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// bridgeFixture: interrupted Spot node spot-1 (notice at ctrlNotice, decision lb-1), its Ready
+// lifeboat lb-1 (4 CPUs, 16Gi), Deployment api (6 replicas) with ReplicaSet api-1 and an HPA,
+// and 2 protected Pods of api on spot-1.
+func bridgeFixture(t *testing.T, extra ...client.Object) *harness {
+	objs := []client.Object{
+		interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", true, "4"),
+		apiDeployment(6, nil), apiReplicaSet(), apiHPA(),
+		appPod("api-a", "spot-1", true, true), appPod("api-b", "spot-1", true, true),
+	}
+	return newHarness(t, append(objs, extra...)...)
+}
+
+func TestBridgeDeploymentEndToEnd(t *testing.T) {
+	h := bridgeFixture(t)
+	wantUntil := HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions())
+
+	res := h.reconcileNode(t, "spot-1")
+	if res.RequeueAfter != DefaultOptions().Poll {
+		t.Errorf("RequeueAfter = %s, want the poll period while Pods are held", res.RequeueAfter)
+	}
+	for _, name := range []string{"api-a", "api-b"} {
+		raw := h.hold(t, name)
+		until, err := time.Parse(time.RFC3339Nano, raw)
+		if err != nil || !until.Equal(wantUntil) {
+			t.Errorf("%s hold %q, want %s (RFC 3339 nano)", name, raw, nodeutil.FormatTime(wantUntil))
+		}
+	}
+	d := h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 8 {
+		t.Errorf("replicas %d, want 8 (6 + the 2 held Pods)", got)
+	}
+	if got, want := d.Annotations[v1alpha1.AnnotationBridgeSurge], `{"base":6,"nodes":{"spot-1":2}}`; got != want {
+		t.Errorf("bridge surge %q, want %q", got, want)
+	}
+	a := h.hpa(t)
+	if ptr.Deref(a.Spec.MinReplicas, 0) != 8 || a.Spec.MaxReplicas != 8 ||
+		a.Annotations[v1alpha1.AnnotationHandoffHPAMin] != "2" || a.Annotations[scaling.AnnotationHPAOriginalMax] != "6" {
+		t.Errorf("HPA min %d max %d annotations %v: want both raised to 8, originals 2 and 6 kept", ptr.Deref(a.Spec.MinReplicas, 0), a.Spec.MaxReplicas, a.Annotations)
+	}
+	evs := strings.Join(h.events(), "\n")
+	for _, want := range []string{v1alpha1.EventEvictionHeld, v1alpha1.EventBridged} {
+		if !strings.Contains(evs, want) {
+			t.Errorf("events %q: want a %s event", evs, want)
+		}
+	}
+
+	// Idempotent: nothing more is surged or held.
+	firstHold := h.hold(t, "api-a")
+	h.clk.Step(time.Second)
+	h.reconcileNode(t, "spot-1")
+	d = h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 8 {
+		t.Errorf("second reconcile: replicas %d, want still 8", got)
+	}
+	if got, want := d.Annotations[v1alpha1.AnnotationBridgeSurge], `{"base":6,"nodes":{"spot-1":2}}`; got != want {
+		t.Errorf("second reconcile: bridge surge %q, want %q", got, want)
+	}
+	if got := h.hold(t, "api-a"); got != firstHold {
+		t.Errorf("second reconcile rewrote the hold: %q, was %q", got, firstHold)
+	}
+	if evs := h.events(); len(evs) != 0 {
+		t.Errorf("second reconcile recorded %q", evs)
+	}
+
+	// Not all replacements Ready yet: the held Pods stay.
+	for i := 0; i < 6; i++ {
+		if err := h.c.Create(context.Background(), appPod(fmt.Sprintf("api-new-%d", i), "lb-1", false, i < 5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := h.reconcileSurge(t); res.RequeueAfter != DefaultOptions().Poll {
+		t.Errorf("RequeueAfter = %s while waiting, want the poll period", res.RequeueAfter)
+	}
+	if _, ok := h.pod(t, "api-a"); !ok {
+		t.Fatalf("held Pod removed with only 5 Ready Pods elsewhere")
+	}
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 8 {
+		t.Errorf("replicas %d while waiting, want 8", got)
+	}
+
+	// 6 Ready elsewhere: the held Pods get the lowest deletion cost and are deleted, the surge
+	// goes back, the HPA gets its bounds back.
+	p, _ := h.pod(t, "api-new-5")
+	p.Status.Conditions[0].Status = corev1.ConditionTrue
+	if err := h.c.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	var costs []string
+	deleted := 0
+	h.ctrl.client = interceptDeletes(h.c, func(p *corev1.Pod) {
+		costs = append(costs, p.Annotations[corev1.PodDeletionCost])
+		deleted++
+	})
+	h.reconcileSurge(t)
+	if deleted != 2 {
+		t.Errorf("deleted %d held Pods, want 2", deleted)
+	}
+	for _, cost := range costs {
+		if cost != handoff.DeletionCost {
+			t.Errorf("held Pod deleted with deletion cost %q, want %s", cost, handoff.DeletionCost)
+		}
+	}
+	for _, name := range []string{"api-a", "api-b"} {
+		if _, ok := h.pod(t, name); ok {
+			t.Errorf("held Pod %s still exists", name)
+		}
+	}
+	d = h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 6 {
+		t.Errorf("replicas %d after the removal, want 6", got)
+	}
+	if raw, ok := d.Annotations[v1alpha1.AnnotationBridgeSurge]; ok {
+		t.Errorf("bridge surge annotation %q left after the removal", raw)
+	}
+	a = h.hpa(t)
+	if ptr.Deref(a.Spec.MinReplicas, 0) != 2 || a.Spec.MaxReplicas != 6 || len(a.Annotations) != 0 {
+		t.Errorf("HPA min %d max %d annotations %v, want 2, 6 and no annotations", ptr.Deref(a.Spec.MinReplicas, 0), a.Spec.MaxReplicas, a.Annotations)
+	}
+	if evs := strings.Join(h.events(), "\n"); !strings.Contains(evs, "Replacements Ready") {
+		t.Errorf("events %q: want the removal's", evs)
+	}
+
+	// Done: the next surge reconcile finds no annotation.
+	if res := h.reconcileSurge(t); res.RequeueAfter != 0 {
+		t.Errorf("RequeueAfter = %s without a surge, want none", res.RequeueAfter)
+	}
+}
+
+// interceptDeletes wraps c, calling f with each Pod (as stored) before it is deleted.
+func interceptDeletes(c client.Client, f func(*corev1.Pod)) client.Client {
+	return &deleteSpy{Client: c, f: f}
+}
+
+type deleteSpy struct {
+	client.Client
+	f func(*corev1.Pod)
+}
+
+func (s *deleteSpy) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if p, ok := obj.(*corev1.Pod); ok {
+		stored := &corev1.Pod{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(p), stored); err == nil {
+			s.f(stored)
+		}
+	}
+	return s.Client.Delete(ctx, obj, opts...)
+}
+
+func TestSurgeGoneWhenHeldPodsVanished(t *testing.T) {
+	ann := map[string]string{v1alpha1.AnnotationBridgeSurge: `{"base":6,"nodes":{"spot-1":2}}`}
+	objs := []client.Object{apiDeployment(8, ann), apiReplicaSet()}
+	for i := 0; i < 4; i++ { // fewer than base: a vanished node's surge goes back regardless
+		objs = append(objs, appPod(fmt.Sprintf("api-%d", i), "od-1", false, true))
+	}
+	h := newHarness(t, objs...)
+	h.reconcileSurge(t)
+	d := h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 6 {
+		t.Errorf("replicas %d, want 6", got)
+	}
+	if raw, ok := d.Annotations[v1alpha1.AnnotationBridgeSurge]; ok {
+		t.Errorf("bridge surge annotation %q left", raw)
+	}
+}
+
+func TestSurgeGoneKeepsTheOtherNodes(t *testing.T) {
+	ann := map[string]string{v1alpha1.AnnotationBridgeSurge: `{"base":6,"nodes":{"spot-1":2,"spot-2":1}}`}
+	objs := []client.Object{apiDeployment(9, ann), apiReplicaSet(), appPod("held", "spot-2", true, true)}
+	for i := 0; i < 5; i++ {
+		objs = append(objs, appPod(fmt.Sprintf("api-%d", i), "od-1", false, true))
+	}
+	h := newHarness(t, objs...)
+	h.reconcileSurge(t)
+	d := h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 7 {
+		t.Errorf("replicas %d, want 7 (spot-1's 2 back, spot-2's 1 kept)", got)
+	}
+	if got, want := d.Annotations[v1alpha1.AnnotationBridgeSurge], `{"base":6,"nodes":{"spot-2":1}}`; got != want {
+		t.Errorf("bridge surge %q, want %q", got, want)
+	}
+	if _, ok := h.pod(t, "held"); !ok {
+		t.Errorf("spot-2's held Pod removed with 5 Ready Pods elsewhere (base 6)")
+	}
+}
+
+func TestSurgeTakesBackOnlyTheSurge(t *testing.T) {
+	// An HPA scaled the surged Deployment from 8 to 10 meanwhile: only the 2 go back.
+	ann := map[string]string{v1alpha1.AnnotationBridgeSurge: `{"base":6,"nodes":{"spot-1":2}}`}
+	h := newHarness(t, apiDeployment(10, ann), apiReplicaSet())
+	h.reconcileSurge(t)
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 8 {
+		t.Errorf("replicas %d, want 8", got)
+	}
+	// A user scaled it below the base meanwhile: it stays there.
+	h = newHarness(t, apiDeployment(5, ann), apiReplicaSet())
+	h.reconcileSurge(t)
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 5 {
+		t.Errorf("replicas %d, want 5", got)
+	}
+}
+
+func TestSurgeUnreadableAnnotationIsDropped(t *testing.T) {
+	h := newHarness(t, apiDeployment(8, map[string]string{v1alpha1.AnnotationBridgeSurge: "{"}), apiReplicaSet())
+	h.reconcileSurge(t)
+	d := h.deployment(t)
+	if _, ok := d.Annotations[v1alpha1.AnnotationBridgeSurge]; ok {
+		t.Errorf("unreadable annotation kept")
+	}
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 8 {
+		t.Errorf("replicas %d, want 8 (not ours to guess)", got)
+	}
+}
+
+func TestSurgeHandoffBase(t *testing.T) {
+	// A handoff surge of 2 is in progress (replicas 8 = 6 + 2): the bridge's base is 6.
+	hs := `{"node":"lb-9","base":6,"surge":2,"readyBefore":6}`
+	h := bridgeFixture(t)
+	d := h.deployment(t)
+	d.Spec.Replicas = ptr.To[int32](8)
+	d.Annotations = map[string]string{v1alpha1.AnnotationHandoffSurge: hs}
+	if err := h.c.Update(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcileNode(t, "spot-1")
+	d = h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 10 {
+		t.Errorf("replicas %d, want 10", got)
+	}
+	if got, want := d.Annotations[v1alpha1.AnnotationBridgeSurge], `{"base":6,"nodes":{"spot-1":2}}`; got != want {
+		t.Errorf("bridge surge %q, want %q", got, want)
+	}
+	// Gone: the bridge surge goes back, the HPA stays raised for the handoff.
+	for _, name := range []string{"api-a", "api-b"} {
+		p, _ := h.pod(t, name)
+		if err := h.c.Delete(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.reconcileSurge(t)
+	d = h.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 8 {
+		t.Errorf("replicas %d, want 8", got)
+	}
+	if a := h.hpa(t); a.Annotations[v1alpha1.AnnotationHandoffHPAMin] == "" {
+		t.Errorf("HPA restored while the handoff surge is still on: %v", a.Annotations)
+	}
+}
+
+func TestReconcileNodeIgnores(t *testing.T) {
+	undecided := interruptedNode("spot-2", "")
+	delete(undecided.Annotations, v1alpha1.AnnotationResumeDecision)
+	pool := poolNode("lb-2", "spot-1", true, "4")
+	pool.Annotations = map[string]string{v1alpha1.AnnotationResumeDecision: "lb-3"}
+	h := bridgeFixture(t, undecided, pool, appPod("api-c", "spot-2", true, true))
+	for _, name := range []string{"spot-2", "lb-2", "missing"} {
+		if res := h.reconcileNode(t, name); res.RequeueAfter != 0 {
+			t.Errorf("%s: RequeueAfter %s, want none", name, res.RequeueAfter)
+		}
+	}
+	if got := h.hold(t, "api-c"); got != "" {
+		t.Errorf("undecided node's Pod got hold %q", got)
+	}
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 6 {
+		t.Errorf("replicas %d, want 6", got)
+	}
+}
+
+func TestReconcileNodeReleasesWhenLifeboatNotReady(t *testing.T) {
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "4"),
+		apiDeployment(6, nil), apiReplicaSet(), appPod("api-a", "spot-1", true, true))
+	h.reconcileNode(t, "spot-1")
+	if got := h.hold(t, "api-a"); got == "" || got == v1alpha1.EvictionHoldReleased {
+		t.Fatalf("hold %q before the resume timeout, want a deadline", got)
+	}
+	h.clk.SetTime(ctrlNotice.Add(DefaultOptions().ResumeTimeout))
+	if res := h.reconcileNode(t, "spot-1"); res.RequeueAfter != 0 {
+		t.Errorf("RequeueAfter %s after releasing everything, want none", res.RequeueAfter)
+	}
+	if got := h.hold(t, "api-a"); got != v1alpha1.EvictionHoldReleased {
+		t.Errorf("hold %q past the resume timeout, want released", got)
+	}
+	if evs := strings.Join(h.events(), "\n"); !strings.Contains(evs, ReleaseLifeboatNotReady) {
+		t.Errorf("events %q: want a release naming %s", evs, ReleaseLifeboatNotReady)
+	}
+}
+
+func TestReconcileNodeNoLifeboat(t *testing.T) {
+	h := newHarness(t, interruptedNode("spot-1", "none"), apiDeployment(6, nil), apiReplicaSet(), appPod("api-a", "spot-1", true, true))
+	h.reconcileNode(t, "spot-1")
+	if got := h.hold(t, "api-a"); got != v1alpha1.EvictionHoldReleased {
+		t.Errorf("hold %q without any lifeboat, want released", got)
+	}
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 6 {
+		t.Errorf("replicas %d, want 6 (nothing held)", got)
+	}
+}
+
+// The lifeboats are shared by a burst: a node that got none (or too little) takes what another
+// node's lifeboat has left, and no more.
+func TestReconcileNodeSharesLifeboats(t *testing.T) {
+	other := func(name, node string) *corev1.Pod {
+		p := appPod(name, node, true, true)
+		p.Labels = map[string]string{"app": "web", v1alpha1.LabelProtected: "true"}
+		p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "web-1", "rs-web"
+		return p
+	}
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), interruptedNode("spot-2", "none"), poolNode("lb-1", "spot-1", true, "2"),
+		appPod("api-a", "spot-1", true, true), other("web-a", "spot-2"), other("web-b", "spot-2"))
+	h.reconcileNode(t, "spot-1")
+	h.reconcileNode(t, "spot-2")
+	if got := h.hold(t, "api-a"); got == "" || got == v1alpha1.EvictionHoldReleased {
+		t.Errorf("api-a hold %q, want a deadline", got)
+	}
+	if got := h.hold(t, "web-a"); got == "" || got == v1alpha1.EvictionHoldReleased {
+		t.Errorf("web-a hold %q, want a deadline (the lifeboat's second CPU)", got)
+	}
+	if got := h.hold(t, "web-b"); got != v1alpha1.EvictionHoldReleased {
+		t.Errorf("web-b hold %q, want released (no seat left)", got)
+	}
+}
+
+func TestReconcileNodeMovesSettledStatefulSetPod(t *testing.T) {
+	dbLabels := map[string]string{"app": "db"}
+	dbPod := func(name, node string, ready bool, hold string) *corev1.Pod {
+		p := appPod(name, node, true, ready)
+		p.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
+		if hold != "" {
+			p.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: hold}
+		}
+		return p
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3), Selector: &metav1.LabelSelector{MatchLabels: dbLabels}}}
+	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
+
+	// db-1 is not Ready: nothing moves.
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", true, "4"), sts,
+		dbPod("db-0", "spot-1", true, held), dbPod("db-1", "spot-1", false, held), dbPod("db-2", "od-1", true, ""))
+	if res := h.reconcileNode(t, "spot-1"); res.RequeueAfter == 0 {
+		t.Errorf("no requeue while Pods are held")
+	}
+	for _, name := range []string{"db-0", "db-1"} {
+		if got := h.hold(t, name); got != held {
+			t.Errorf("%s hold %q while the StatefulSet is not settled, want %q", name, got, held)
+		}
+	}
+
+	// All Ready: one of the two held Pods moves (released and evicted), not both.
+	p, _ := h.pod(t, "db-1")
+	p.Status.Conditions[0].Status = corev1.ConditionTrue
+	if err := h.c.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcileNode(t, "spot-1")
+	_, db0 := h.pod(t, "db-0")
+	_, db1 := h.pod(t, "db-1")
+	if db0 == db1 {
+		t.Errorf("db-0 exists %v, db-1 exists %v: want exactly one moved", db0, db1)
+	}
+	if evs := strings.Join(h.events(), "\n"); !strings.Contains(evs, v1alpha1.EventBridgeMove) {
+		t.Errorf("events %q: want a %s event", evs, v1alpha1.EventBridgeMove)
+	}
+}
+
+// A rebalance recommendation marks the Node like an interrupted one (source
+// sqs/RebalanceRecommendation) and gets a resume decision, but it is not an eviction
+// (docs/WARMPOOL.md "Interruption"): nothing drains the Node. The bridge should neither surge nor
+// hold then — and a real interruption that re-marks the Node later must get its own bridge.
+func TestRebalanceMarkThenRealInterruption(t *testing.T) {
+	node := interruptedNode("spot-1", "lb-1")
+	node.Annotations[v1alpha1.AnnotationInterruptionSource] = "sqs/" + string(cloudinterruption.KindRebalanceRecommendation)
+	h := newHarness(t, node, poolNode("lb-1", "spot-1", true, "4"), apiDeployment(6, nil), apiReplicaSet(),
+		appPod("api-a", "spot-1", true, true), appPod("api-b", "spot-1", true, true))
+	h.reconcileNode(t, "spot-1")
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 6 {
+		t.Errorf("BUG: a rebalance recommendation surged Deployment api to %d replicas (annotation %q); want 6: the recommendation is not an eviction",
+			got, h.deployment(t).Annotations[v1alpha1.AnnotationBridgeSurge])
+	}
+	for _, name := range []string{"api-a", "api-b"} {
+		if got := h.hold(t, name); got != "" {
+			t.Errorf("BUG: a rebalance recommendation wrote hold %q on %s; want none", got, name)
+		}
+	}
+
+	// The real interruption 5 minutes later: re-marked (new interrupted-at and source, the
+	// decision made again).
+	remarkAt := ctrlNotice.Add(5 * time.Minute)
+	n := &corev1.Node{}
+	if err := h.c.Get(context.Background(), types.NamespacedName{Name: "spot-1"}, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[v1alpha1.AnnotationInterruptedAt] = nodeutil.FormatTime(remarkAt)
+	n.Annotations[v1alpha1.AnnotationInterruptionSource] = "sqs/" + string(cloudinterruption.KindSpotInterruption)
+	n.Annotations[v1alpha1.AnnotationResumeDecision] = "lb-1"
+	if err := h.c.Update(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.SetTime(remarkAt.Add(time.Second))
+	h.reconcileNode(t, "spot-1")
+	want := nodeutil.FormatTime(HoldDeadline(remarkAt, 30*time.Second, DefaultOptions()))
+	for _, name := range []string{"api-a", "api-b"} {
+		if got := h.hold(t, name); got != want {
+			t.Errorf("BUG: after the real interruption %s has hold %q; want %q (the interruption's own bridge)", name, got, want)
+		}
+	}
+	if d := h.deployment(t); ptr.Deref(d.Spec.Replicas, 0) != 8 {
+		t.Errorf("after the real interruption: replicas %d (surge %q), want 8", ptr.Deref(d.Spec.Replicas, 0), d.Annotations[v1alpha1.AnnotationBridgeSurge])
+	}
+}
