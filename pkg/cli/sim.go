@@ -30,6 +30,7 @@ func newSimRunCommand() *cobra.Command {
 	var (
 		name, out, binDir, modes string
 		parallel                 bool
+		seed                     int64
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -53,6 +54,9 @@ component's log under --out, prints a table to stdout and progress to stderr.`,
 				if errs := s.Validate(); len(errs) > 0 {
 					return fmt.Errorf("--modes: %v", errs[0])
 				}
+			}
+			if seed != 0 {
+				s.Seed = seed
 			}
 			if out == "" {
 				out = filepath.Join(".lifeboat", "sim", s.Name)
@@ -81,6 +85,7 @@ component's log under --out, prints a table to stdout and progress to stderr.`,
 	cmd.Flags().StringVar(&out, "out", "", "output directory (default .lifeboat/sim/<scenario>)")
 	cmd.Flags().StringVar(&binDir, "bin-dir", cluster.DefaultBinDir(), "directory with the component and Lifeboat binaries (make tools build)")
 	cmd.Flags().BoolVar(&parallel, "parallel", false, "run the modes at once, each on its own control plane (faster, twice the CPU)")
+	cmd.Flags().Int64Var(&seed, "seed", 0, "override the scenario's seed (which nodes the burst picks, boot and start jitter): run a scenario over several seeds")
 	return cmd
 }
 

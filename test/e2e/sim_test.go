@@ -58,6 +58,19 @@ func TestMondayReclaimCompressed(t *testing.T) {
 	if lw.SecondsBelowFloor != 0 || lw.PodsKilledAtReclaim != 0 {
 		t.Errorf("with Lifeboat the web service fell below its PDB floor for %.0f s and lost %d Pods at reclaim", lw.SecondsBelowFloor, lw.PodsKilledAtReclaim)
 	}
+	// The bridge: the warm pool covers the burst, so the protected Deployment keeps every
+	// ready replica (Karpenter alone: its PDB floor).
+	if lw.MinReady != lw.Replicas || lw.ReplicaSecondsLost > 0.05*bw.ReplicaSecondsLost {
+		t.Errorf("with Lifeboat the web service fell to %d of %d ready and lost %.0f replica-seconds (Karpenter alone: %.0f)", lw.MinReady, lw.Replicas, lw.ReplicaSecondsLost, bw.ReplicaSecondsLost)
+	}
+	// A StatefulSet cannot surge: its held Pods move one at a time, never two down.
+	if st := lb.Workloads["shop/stream"]; st == nil || st.MinReady < st.Replicas-1 {
+		t.Errorf("with Lifeboat the StatefulSet fell to %+v (at most one replica may be down at a time)", st)
+	}
+	// No workload does worse with Lifeboat than with Karpenter alone, by any figure.
+	for _, r := range rep.Worse() {
+		t.Errorf("worse with Lifeboat: %s %s %.1f (Karpenter alone %.1f)", r.Workload, r.Metric, r.Lifeboat, r.Baseline)
+	}
 	if lb.Nodes.LifeboatResumed == 0 {
 		t.Errorf("no lifeboat node was resumed")
 	}
@@ -117,4 +130,46 @@ type logWriter struct{ t *testing.T }
 func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestLateLifeboat is the bridge's failure path on the real components: the lifeboats are not
+// Ready by the bridge's resume timeout, so every hold is released and Karpenter drains as it
+// would alone. Lifeboat may not do worse than Karpenter alone on any figure.
+func TestLateLifeboat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two full local control planes for minutes; run without -short (make test)")
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "pkg/sim/testdata/late-lifeboat.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scenario.Parse("late-lifeboat", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir := cluster.DefaultBinDir()
+	installer, err := sim.NewLifeboatInstaller(binDir)
+	if err != nil {
+		t.Fatalf("%v (make test builds them)", err)
+	}
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 15*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	rep, _, err := sim.Run(ctx, s, sim.Options{BinDir: binDir, OutDir: out, Lifeboat: installer, Parallel: true, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatalf("%v\n(component logs under %s)", err, out)
+	}
+	t.Logf("\n%s", rep.String())
+	// The lifeboats were Ready only after the bridge's resume timeout (half the notice): the
+	// holds were released, and the drain ran as without Lifeboat from then on.
+	if n := rep.Modes["lifeboat"].Nodes; n.LifeboatResumed == 0 || n.ResumeReadyP50Seconds < s.Timing.Notice.Seconds()/2 {
+		t.Errorf("the scenario does not exercise a late resume: %d resumed, Ready after %.1f s (p50)", n.LifeboatResumed, n.ResumeReadyP50Seconds)
+	}
+	for _, r := range rep.Worse() {
+		t.Errorf("worse with Lifeboat: %s %s %.1f (Karpenter alone %.1f)", r.Workload, r.Metric, r.Lifeboat, r.Baseline)
+	}
 }

@@ -313,7 +313,12 @@ func registerWebhooks(t testing.TB, suffix, host string, port int, caBundle []by
 		m.Webhooks[i].ClientConfig = clientConfig(host, port, pod.Path, caBundle)
 	}
 	for i := range v.Webhooks {
-		v.Webhooks[i].ClientConfig = clientConfig(host, port, workload.Path, caBundle)
+		// Each validating webhook keeps its manifest's path (workloads, evictions).
+		path := workload.Path
+		if svc := v.Webhooks[i].ClientConfig.Service; svc != nil && svc.Path != nil {
+			path = *svc.Path
+		}
+		v.Webhooks[i].ClientConfig = clientConfig(host, port, path, caBundle)
 	}
 	ctx := context.Background()
 	cs := shared.Client()
