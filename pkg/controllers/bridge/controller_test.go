@@ -593,3 +593,47 @@ func TestRebalanceMarkThenRealInterruption(t *testing.T) {
 		t.Errorf("after the real interruption: replicas %d (surge %q), want 8", ptr.Deref(d.Spec.Replicas, 0), d.Annotations[v1alpha1.AnnotationBridgeSurge])
 	}
 }
+
+// TestRestartContinuesFromObjects: the bridge keeps no state a restart needs. A new controller
+// (nothing in memory) over the same objects neither surges nor holds again, lets expired holds
+// lapse (the webhook reads their time), and takes the surge back once the held Pods are gone.
+func TestRestartContinuesFromObjects(t *testing.T) {
+	h := bridgeFixture(t)
+	h.reconcileNode(t, "spot-1") // holds + surge, then "the controller crashes"
+	restarted := &harness{ctrl: New(h.c, h.c, h.clk, h.rec, DefaultOptions()), c: h.c, clk: h.clk, rec: h.rec}
+	h.events()
+
+	h.clk.Step(2 * time.Second)
+	restarted.reconcileNode(t, "spot-1")
+	if got := ptr.Deref(restarted.deployment(t).Spec.Replicas, 0); got != 8 {
+		t.Fatalf("after the restart replicas %d, want still 8 (no second surge)", got)
+	}
+	if evs := restarted.events(); len(evs) != 0 {
+		t.Errorf("the restarted controller wrote %q", evs)
+	}
+
+	// Past the holds' deadline the webhook lets the drain evict them; nothing is rewritten.
+	deadline := HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions())
+	h.clk.SetTime(deadline.Add(time.Second))
+	if res := restarted.reconcileNode(t, "spot-1"); res.RequeueAfter != 0 {
+		t.Errorf("after the deadline RequeueAfter = %s, want none (nothing is held any more)", res.RequeueAfter)
+	}
+	if got := restarted.hold(t, "api-a"); got != nodeutil.FormatTime(deadline) {
+		t.Errorf("hold rewritten after the deadline: %q", got)
+	}
+	// The drain evicts them: the surge goes back.
+	for _, name := range []string{"api-a", "api-b"} {
+		p, _ := restarted.pod(t, name)
+		if err := h.c.Delete(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restarted.reconcileSurge(t)
+	d := restarted.deployment(t)
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 6 {
+		t.Errorf("replicas %d after the held Pods left, want 6", got)
+	}
+	if _, ok := d.Annotations[v1alpha1.AnnotationBridgeSurge]; ok {
+		t.Errorf("surge record left: %v", d.Annotations)
+	}
+}
