@@ -110,7 +110,12 @@ func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n 
 	if !ok {
 		activated = now
 	}
-	due := activated.Add(durationOr(pool.Spec.ActiveDuration, 5*time.Minute))
+	active := durationOr(pool.Spec.ActiveDuration, 5*time.Minute)
+	others, err := c.activatedTimes(ctx, n.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	due := HandoffDue(activated, active, others)
 	if now.Before(due) {
 		if pool.Spec.Handoff != v1alpha1.HandoffWhenReplacementReady {
 			return reconcile.Result{RequeueAfter: due.Sub(now)}, nil
@@ -140,6 +145,41 @@ func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n 
 	}
 	c.recorder.Eventf(n, pool, corev1.EventTypeNormal, v1alpha1.EventHandoffStarted, "Handoff", msg)
 	return reconcile.Result{RequeueAfter: c.Poll}, nil
+}
+
+// HandoffDue is when a lifeboat claimed at activated hands off: activeDuration after the
+// latest claim of its burst — every lifeboat claimed from activated to activated +
+// activeDuration. A burst's lifeboats hand off together, so a Pod moved off one (a StatefulSet
+// Pod, a surge Pod) never lands on another that is itself handed off moments later; the
+// simulation measured StatefulSet Pods moved three times in a row as a burst's lifeboats were
+// handed off one by one. The wait is at most one more activeDuration. Pure.
+func HandoffDue(activated time.Time, activeDuration time.Duration, others []time.Time) time.Time {
+	latest := activated
+	for _, t := range others {
+		if t.After(latest) && !t.After(activated.Add(activeDuration)) {
+			latest = t
+		}
+	}
+	return latest.Add(activeDuration)
+}
+
+// activatedTimes are the claim times of the other active lifeboat nodes (every pool).
+func (c *Controller) activatedTimes(ctx context.Context, self string) ([]time.Time, error) {
+	list := &corev1.NodeList{}
+	if err := c.client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateActive)}); err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Name == self || nodeutil.Pool(o) == "" {
+			continue
+		}
+		if t, ok := nodeutil.Time(o.Annotations, v1alpha1.AnnotationActivatedAt); ok {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // replacementReady: no protected Pod is Pending and every Karpenter NodeClaim is initialized.

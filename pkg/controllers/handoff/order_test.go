@@ -3,6 +3,7 @@ package handoff
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,5 +80,26 @@ func TestSurgeDone(t *testing.T) {
 		if got := SurgeDone(tt.elsewhere, tt.before); got != tt.want {
 			t.Errorf("SurgeDone(%d, %d) = %v", tt.elsewhere, tt.before, got)
 		}
+	}
+}
+
+func TestHandoffDue(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	const active = time.Minute
+	for _, tt := range []struct {
+		name   string
+		others []time.Time
+		want   time.Time
+	}{
+		{"alone", nil, t0.Add(active)},
+		{"claimed before it: no wait", []time.Time{t0.Add(-30 * time.Second)}, t0.Add(active)},
+		{"burst: waits for the last claim", []time.Time{t0.Add(5 * time.Second), t0.Add(20 * time.Second), t0.Add(12 * time.Second)}, t0.Add(20*time.Second + active)},
+		{"at most one more activeDuration", []time.Time{t0.Add(active), t0.Add(active + time.Second)}, t0.Add(2 * active)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := HandoffDue(t0, active, tt.others); !got.Equal(tt.want) {
+				t.Errorf("HandoffDue = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }
