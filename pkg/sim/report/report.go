@@ -460,6 +460,12 @@ func (rep *Report) writeFigures(w io.Writer) error {
 				wr.RecoverySeconds, wr.PodsKilledAtReclaim)
 		}
 	}
+	// Each table aligns on its own (one tabwriter for both would pad every column to the
+	// other table's widths).
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODE\tKARPENTER NODES\tLIFEBOAT RESUMED\tNOTICE→START p50/p99 (s)\tNOTICE→READY p50/p99 (s)\tLIFEBOAT NODE-SECONDS\tLIFEBOAT $ (RUN)\tOVERPROVISIONING $ (RUN)\tSPOT SAVINGS mean / min")
 	for _, m := range rep.ModeNames() {
 		res := rep.Modes[m]
@@ -474,12 +480,16 @@ func (rep *Report) writeFigures(w io.Writer) error {
 			start, ready, res.Nodes.LifeboatActiveNodeSeconds, res.Cost.LifeboatDollars, res.Cost.OverprovisioningDollars,
 			100*res.Cost.SavingsRateMean, 100*res.Cost.SavingsRateMin)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	if res, ok := rep.Modes["lifeboat"]; ok && res.Cost.OverprovisioningDollarsPerMonth > 0 {
-		fmt.Fprintf(tw, "monthly, %g runs like this one a month:\tlifeboat $%.2f\toverprovisioning $%.2f\tratio %.2f\n",
+		_, err := fmt.Fprintf(w, "monthly, %g runs like this one a month:  lifeboat $%.2f  overprovisioning $%.2f  ratio %.2f\n",
 			res.Cost.RunsPerMonth, res.Cost.LifeboatDollarsPerMonth, res.Cost.OverprovisioningDollarsPerMonth,
 			res.Cost.LifeboatDollarsPerMonth/res.Cost.OverprovisioningDollarsPerMonth)
+		return err
 	}
-	return tw.Flush()
+	return nil
 }
 
 // String renders the table.
