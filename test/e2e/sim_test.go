@@ -21,34 +21,7 @@ import (
 )
 
 func TestMondayReclaimCompressed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs two full local control planes for minutes; run without -short (make test)")
-	}
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "pkg/sim/testdata/monday-reclaim-compressed.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := scenario.Parse("monday-reclaim-compressed", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	binDir := cluster.DefaultBinDir()
-	installer, err := sim.NewLifeboatInstaller(binDir)
-	if err != nil {
-		t.Fatalf("%v (make test builds them)", err)
-	}
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 20*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	rep, runs, err := sim.Run(ctx, s, sim.Options{BinDir: binDir, OutDir: out, Lifeboat: installer, Parallel: true, Progress: logWriter{t}})
-	if err != nil {
-		t.Fatalf("%v\n(component logs under %s)", err, out)
-	}
-	t.Logf("\n%s", rep.String())
+	s, rep, runs, out := runScenario(t, "monday-reclaim-compressed", 20*time.Minute)
 
 	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
 	bw, lw := base.Workloads["shop/web"], lb.Workloads["shop/web"]
@@ -146,6 +119,41 @@ func TestMondayReclaimCompressed(t *testing.T) {
 	}
 }
 
+// runScenario plays pkg/sim/testdata/<name>.yaml in every mode it lists, in parallel, with
+// Lifeboat installed from bin/ in lifeboat mode, and logs the report.
+func runScenario(t *testing.T, name string, timeout time.Duration) (*scenario.Scenario, *report.Report, []*report.Run, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs two full local control planes for minutes; run without -short (make test)")
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "pkg/sim/testdata", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scenario.Parse(name, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir := cluster.DefaultBinDir()
+	installer, err := sim.NewLifeboatInstaller(binDir)
+	if err != nil {
+		t.Fatalf("%v (make test builds them)", err)
+	}
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), timeout)
+	defer cancel()
+	out := t.TempDir()
+	rep, runs, err := sim.Run(ctx, s, sim.Options{BinDir: binDir, OutDir: out, Lifeboat: installer, Parallel: true, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatalf("%v\n(component logs under %s)", err, out)
+	}
+	t.Logf("\n%s", rep.String())
+	return s, rep, runs, out
+}
+
 type logWriter struct{ t *testing.T }
 
 func (w logWriter) Write(p []byte) (int, error) {
@@ -157,34 +165,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 // Ready by the bridge's resume timeout, so every hold is released and Karpenter drains as it
 // would alone. Lifeboat may not do worse than Karpenter alone on any figure.
 func TestLateLifeboat(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs two full local control planes for minutes; run without -short (make test)")
-	}
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "pkg/sim/testdata/late-lifeboat.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := scenario.Parse("late-lifeboat", b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	binDir := cluster.DefaultBinDir()
-	installer, err := sim.NewLifeboatInstaller(binDir)
-	if err != nil {
-		t.Fatalf("%v (make test builds them)", err)
-	}
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 15*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	rep, _, err := sim.Run(ctx, s, sim.Options{BinDir: binDir, OutDir: out, Lifeboat: installer, Parallel: true, Progress: logWriter{t}})
-	if err != nil {
-		t.Fatalf("%v\n(component logs under %s)", err, out)
-	}
-	t.Logf("\n%s", rep.String())
+	s, rep, _, _ := runScenario(t, "late-lifeboat", 15*time.Minute)
 	// The lifeboats were Ready only after the bridge's resume timeout (half the notice): the
 	// holds were released, and the drain ran as without Lifeboat from then on.
 	if n := rep.Modes["lifeboat"].Nodes; n.LifeboatResumed == 0 || n.ResumeReadyP50Seconds < s.Timing.Notice.Seconds()/2 {
