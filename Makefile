@@ -56,9 +56,11 @@ generate: ## Regenerate the WarmPool deepcopy code and CRD (controller-gen)
 	bash hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet, and go mod tidy must leave no diff
+verify: ## gofmt, go vet, go mod tidy and generated code leave no diff; the binaries link no test code
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	@bad=$$(go list -deps ./cmd/... | grep -E '^testing$$|^github.com/lifeboat-k8s/lifeboat/(test/|.*test$$)' || true); \
+	  if [ -n "$$bad" ]; then echo "the shipped binaries link test code (keep test helpers in *test packages imported only by _test.go files):"; echo "$$bad"; exit 1; fi
 	bash hack/generate.sh
 	@git diff --exit-code -- manifests/crds pkg/apis || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@cp go.mod /tmp/lifeboat.go.mod.bak; cp go.sum /tmp/lifeboat.go.sum.bak; go mod tidy; \

@@ -1,5 +1,5 @@
 // Command etcd is the stock etcd server, built from the module graph so that the local control
-// plane (test/cluster) needs no download beyond the Go module proxy.
+// plane (pkg/localcluster) needs no download beyond the Go module proxy.
 package main
 
 import (

@@ -13,11 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 func main() {
-	binDir := flag.String("bin-dir", cluster.DefaultBinDir(), "directory with the component binaries (make tools)")
+	binDir := flag.String("bin-dir", localcluster.DefaultBinDir(), "directory with the component binaries (make tools)")
 	kubeconfig := flag.String("kubeconfig", ".lifeboat/kubeconfig", "where to write the admin kubeconfig")
 	runDir := flag.String("run-dir", ".lifeboat/cluster", "certificates, data and component logs")
 	bootDelay := flag.Duration("node-boot-delay", 0, "time from Node creation to Ready for Karpenter's nodes")
@@ -35,7 +35,7 @@ func run(binDir, kubeconfig, runDir string, bootDelay time.Duration) error {
 	if err := os.RemoveAll(runDir); err != nil {
 		return err
 	}
-	opts := cluster.Options{
+	opts := localcluster.Options{
 		BinDir:     binDir,
 		RunDir:     runDir,
 		KeepRunDir: true,
@@ -43,10 +43,10 @@ func run(binDir, kubeconfig, runDir string, bootDelay time.Duration) error {
 		Logf:       func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 	}
 	if bootDelay > 0 {
-		opts.NodeBootDelays = []cluster.DelayRule{{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: bootDelay}}
+		opts.NodeBootDelays = []localcluster.DelayRule{{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: bootDelay}}
 	}
 	began := time.Now()
-	c, err := cluster.Start(ctx, opts)
+	c, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 func newSimCommand() *cobra.Command {
@@ -83,7 +83,7 @@ component's log under --out, prints a table to stdout and progress to stderr.`,
 	cmd.Flags().StringVar(&name, "scenario", scenario.DefaultName, "built-in scenario name or a scenario file (lifeboat sim scenarios lists the built-ins)")
 	cmd.Flags().StringVar(&modes, "modes", "", "comma-separated modes to run (default: the scenario's)")
 	cmd.Flags().StringVar(&out, "out", "", "output directory (default .lifeboat/sim/<scenario>)")
-	cmd.Flags().StringVar(&binDir, "bin-dir", cluster.DefaultBinDir(), "directory with the component and Lifeboat binaries (make tools build)")
+	cmd.Flags().StringVar(&binDir, "bin-dir", localcluster.DefaultBinDir(), "directory with the component and Lifeboat binaries (make tools build)")
 	cmd.Flags().BoolVar(&parallel, "parallel", false, "run the modes at once, each on its own control plane (faster, twice the CPU)")
 	cmd.Flags().Int64Var(&seed, "seed", 0, "override the scenario's seed (which nodes the burst picks, boot and start jitter): run a scenario over several seeds")
 	return cmd
@@ -164,7 +164,7 @@ Then trigger notices from another shell with ` + "`lifeboat sim interrupt`" + `.
 		},
 	}
 	cmd.Flags().StringVar(&name, "scenario", scenario.DefaultName, "scenario whose cluster, timing, workloads and WarmPool to use")
-	cmd.Flags().StringVar(&binDir, "bin-dir", cluster.DefaultBinDir(), "directory with the component and Lifeboat binaries")
+	cmd.Flags().StringVar(&binDir, "bin-dir", localcluster.DefaultBinDir(), "directory with the component and Lifeboat binaries")
 	return cmd
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
 )
 
 var fastDelays = awsemu.Delays{Launch: 5 * time.Millisecond, Stop: 5 * time.Millisecond, Start: 5 * time.Millisecond, Terminate: 5 * time.Millisecond}
@@ -22,7 +23,7 @@ func setup(t *testing.T, opts awsemu.Options) (*awsemu.Server, *cloud.EC2Instanc
 	if opts.Delays == (awsemu.Delays{}) {
 		opts.Delays = fastDelays
 	}
-	s := awsemu.StartT(t, opts)
+	s := awsemutest.StartT(t, opts)
 	o := s.ClientOptions()
 	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
 	c, err := awsclient.New(context.Background(), o)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // Lifeboat's binaries, built by `make build` into the bin directory.
@@ -52,7 +52,7 @@ func NewLifeboatInstaller(binDir string) (*LifeboatInstaller, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("Lifeboat binaries missing in %s: %s; build them with `make build` (or pass --bin-dir)", binDir, strings.Join(missing, ", "))
 	}
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		return nil, fmt.Errorf("lifeboat mode reads manifests/ of the Lifeboat repository; run from inside it: %w", err)
 	}
@@ -60,8 +60,8 @@ func NewLifeboatInstaller(binDir string) (*LifeboatInstaller, error) {
 }
 
 // Install implements Installer.
-func (l *LifeboatInstaller) Install(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error) {
-	if err := cluster.ApplyCRDDirs(ctx, c, []string{filepath.Join(l.ManifestsDir, "crds")}); err != nil {
+func (l *LifeboatInstaller) Install(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error) {
+	if err := localcluster.ApplyCRDDirs(ctx, c, []string{filepath.Join(l.ManifestsDir, "crds")}); err != nil {
 		return nil, err
 	}
 	for _, f := range []string{"namespace.yaml", "webhook/priorityclasses.yaml"} {
@@ -96,13 +96,13 @@ func (l *LifeboatInstaller) Install(ctx context.Context, c *cluster.Cluster, s *
 
 // Ready implements Installer: the pool has its standby nodes (launched, pre-pulled,
 // hibernated). The pool warms while Karpenter boots the workloads' nodes.
-func (l *LifeboatInstaller) Ready(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
+func (l *LifeboatInstaller) Ready(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario) error {
 	return waitStandby(ctx, c, s)
 }
 
 // startEmulator runs the AWS emulator in this process: pool instances boot like Karpenter's
 // nodes (launch + boot = karpenterBoot) and resume in lifeboatResume.
-func (l *LifeboatInstaller) startEmulator(c *cluster.Cluster, s *scenario.Scenario) (*awsemu.Server, string, error) {
+func (l *LifeboatInstaller) startEmulator(c *localcluster.Cluster, s *scenario.Scenario) (*awsemu.Server, string, error) {
 	t := s.Timing
 	launch := 5 * time.Second
 	d := awsemu.DefaultDelays()
@@ -117,13 +117,13 @@ func (l *LifeboatInstaller) startEmulator(c *cluster.Cluster, s *scenario.Scenar
 	return emu, emu.CreateQueue(emu.URL, QueueName), nil
 }
 
-func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *cluster.Cluster, runDir string) error {
-	ports, err := cluster.FreePorts(3)
+func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *localcluster.Cluster, runDir string) error {
+	ports, err := localcluster.FreePorts(3)
 	if err != nil {
 		return err
 	}
 	certDir := filepath.Join(runDir, "webhook-certs")
-	ca, err := cluster.WriteServingCert(certDir, "127.0.0.1")
+	ca, err := localcluster.WriteServingCert(certDir, "127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -190,8 +190,8 @@ func loopbackClientConfig(cc admissionregistrationv1.WebhookClientConfig, port i
 
 // startScheduler runs the scheduler with manifests/scheduler/config.yaml; only
 // clientConnection.kubeconfig is filled in (with --config, kube-scheduler ignores --kubeconfig).
-func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *cluster.Cluster, runDir string) error {
-	port, err := cluster.FreePorts(1)
+func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *localcluster.Cluster, runDir string) error {
+	port, err := localcluster.FreePorts(1)
 	if err != nil {
 		return err
 	}
@@ -231,8 +231,8 @@ func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *cluster.Clust
 
 // startController runs the controller against the emulator; the bridge's notice is the
 // scenario's (a shortened notice shortens the holds), its resume timeout at most half of it.
-func (l *LifeboatInstaller) startController(ctx context.Context, c *cluster.Cluster, emu *awsemu.Server, queueURL string, notice time.Duration) error {
-	ports, err := cluster.FreePorts(2)
+func (l *LifeboatInstaller) startController(ctx context.Context, c *localcluster.Cluster, emu *awsemu.Server, queueURL string, notice time.Duration) error {
+	ports, err := localcluster.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (l *LifeboatInstaller) startController(ctx context.Context, c *cluster.Clus
 	return c.WaitHealthy(ctx, "lifeboat-controller", fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
 }
 
-func (l *LifeboatInstaller) createWarmPool(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
+func (l *LifeboatInstaller) createWarmPool(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario) error {
 	wp := s.WarmPool
 	size := intstr.Parse(wp.Size)
 	pool := &v1alpha1.WarmPool{
@@ -297,7 +297,7 @@ func (l *LifeboatInstaller) createWarmPool(ctx context.Context, c *cluster.Clust
 }
 
 // waitStandby waits until the pool has its standby nodes (launched, pre-pulled, hibernated).
-func waitStandby(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
+func waitStandby(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario) error {
 	want := 0
 	fmt.Sscanf(s.WarmPool.Size, "%d", &want)
 	deadline := time.Now().Add(5 * time.Minute)

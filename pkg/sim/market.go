@@ -14,9 +14,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // Notifier delivers a Spot interruption notice for a node to Lifeboat's queue (the emulated
@@ -171,7 +171,7 @@ func (m *market) interrupt(ctx context.Context, n *corev1.Node) error {
 		return err
 	}
 	if claim != "" {
-		err := m.c.Dynamic.Resource(cluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{})
+		err := m.c.Dynamic.Resource(localcluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete NodeClaim %s: %w", claim, err)
 		}
@@ -273,7 +273,7 @@ func (m *market) ice(ctx context.Context, ev scenario.Event) error {
 }
 
 func (m *market) patchNodePool(ctx context.Context, body string) error {
-	_, err := m.c.Dynamic.Resource(cluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
+	_, err := m.c.Dynamic.Resource(localcluster.NodePoolGVR).Patch(ctx, "default", typesMerge, []byte(body), metav1.PatchOptions{})
 	return err
 }
 

@@ -1,5 +1,5 @@
 // Package sim is the spot-market simulation: it runs a scenario on the real local control
-// plane (test/cluster) once per mode — Karpenter alone, with Lifeboat, with overprovisioning —
+// plane (pkg/localcluster) once per mode — Karpenter alone, with Lifeboat, with overprovisioning —
 // samples availability every second and reports the modes side by side (pkg/sim/report).
 package sim
 
@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // WarmPoolName is the WarmPool the simulation creates in lifeboat mode.
@@ -28,8 +28,8 @@ const WarmPoolName = "sim"
 const LabelWorkload = "sim.lifeboat.dev/workload"
 
 // instanceTypes converts the scenario's catalog: every type in every zone, Spot and On-Demand.
-func instanceTypes(s *scenario.Scenario) []cluster.InstanceType {
-	var out []cluster.InstanceType
+func instanceTypes(s *scenario.Scenario) []localcluster.InstanceType {
+	var out []localcluster.InstanceType
 	for _, it := range s.Cluster.InstanceTypes {
 		if it.PoolOnly {
 			continue
@@ -38,11 +38,11 @@ func instanceTypes(s *scenario.Scenario) []cluster.InstanceType {
 		if pods == 0 {
 			pods = 29
 		}
-		t := cluster.InstanceType{Name: it.Name, CPU: it.CPU, Memory: it.Memory, Pods: fmt.Sprint(pods)}
+		t := localcluster.InstanceType{Name: it.Name, CPU: it.CPU, Memory: it.Memory, Pods: fmt.Sprint(pods)}
 		for _, z := range s.Cluster.Zones {
 			t.Offerings = append(t.Offerings,
-				cluster.Offering{Zone: z, CapacityType: "spot", Price: it.OnDemandUSD * s.Cluster.SpotDiscount * zoneFactor(s, z), Available: true},
-				cluster.Offering{Zone: z, CapacityType: "on-demand", Price: it.OnDemandUSD, Available: true})
+				localcluster.Offering{Zone: z, CapacityType: "spot", Price: it.OnDemandUSD * s.Cluster.SpotDiscount * zoneFactor(s, z), Available: true},
+				localcluster.Offering{Zone: z, CapacityType: "on-demand", Price: it.OnDemandUSD, Available: true})
 		}
 		out = append(out, t)
 	}
@@ -92,16 +92,16 @@ func nodePrice(s *scenario.Scenario) func(n *corev1.Node) (now, onDemand float64
 // clusterOptions derives the local control plane's timing model from the scenario: Karpenter
 // nodes boot in karpenterBoot and pull images cold; pool nodes resume in lifeboatResume (the
 // AWS emulator applies that delay) and start Pods from cached images.
-func clusterOptions(s *scenario.Scenario) cluster.Options {
+func clusterOptions(s *scenario.Scenario) localcluster.Options {
 	t := s.Timing
-	return cluster.Options{
+	return localcluster.Options{
 		Karpenter:     true,
 		InstanceTypes: instanceTypes(s),
 		DelaySeed:     s.Seed,
-		NodeBootDelays: []cluster.DelayRule{
+		NodeBootDelays: []localcluster.DelayRule{
 			{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: t.KarpenterBoot.Mean.Duration, Jitter: t.KarpenterBoot.Jitter.Duration},
 		},
-		PodStartDelays: []cluster.DelayRule{
+		PodStartDelays: []localcluster.DelayRule{
 			{Selector: map[string]string{v1alpha1.LabelPool: WarmPoolName}, Delay: t.ImagePullCached.Mean.Duration + t.AppStart.Mean.Duration,
 				Jitter: t.ImagePullCached.Jitter.Duration + t.AppStart.Jitter.Duration},
 			{Selector: map[string]string{}, Delay: t.ImagePullCold.Mean.Duration + t.AppStart.Mean.Duration,
@@ -153,7 +153,7 @@ func objects(w scenario.Workload, protect bool) (workload any, pdb *policyv1.Pod
 	case "Job":
 		tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 		if w.RunFor.Duration > 0 {
-			tmpl.Annotations = map[string]string{cluster.AnnotationRunFor: w.RunFor.String()}
+			tmpl.Annotations = map[string]string{localcluster.AnnotationRunFor: w.RunFor.String()}
 		}
 		// A Job on Spot ignores disruptions (evictions, reclaims) in its failure count, so they
 		// do not use up backoffLimit. They still delay its replacement Pods: the Job controller

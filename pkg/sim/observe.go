@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // observer samples the cluster from informer caches once a second: ready Pods per workload,
@@ -58,7 +58,7 @@ func newObserver(ctx context.Context, cl Clients, workloads []string, price func
 		UpdateFunc: func(_, obj any) { o.recordResume(obj) },
 	})
 	df := dynamicinformer.NewDynamicSharedInformerFactory(cl.Dynamic, 0)
-	claimInf := df.ForResource(cluster.NodeClaimGVR).Informer()
+	claimInf := df.ForResource(localcluster.NodeClaimGVR).Informer()
 	_, _ = claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			o.mu.Lock()

@@ -19,17 +19,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // Installer installs Lifeboat (its three binaries, the AWS emulator and the WarmPool) into a
 // running cluster for lifeboat mode, and returns the notifier the market sends notices to.
 type Installer interface {
-	Install(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error)
+	Install(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error)
 	// Ready waits until the installation is ready for the market (the warm pool in standby).
-	Ready(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error
+	Ready(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario) error
 }
 
 // Options configure a simulation run.
@@ -124,7 +124,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	copts := clusterOptions(s)
 	copts.BinDir, copts.RunDir, copts.KeepRunDir = opts.BinDir, runDir, true
 	progress(opts, mode, began, "starting the local control plane (logs in %s)", runDir)
-	c, err := cluster.Start(ctx, copts)
+	c, err := localcluster.Start(ctx, copts)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func costs(s *scenario.Scenario, billedByType map[string]float64) costEstimate {
 	}
 }
 
-func createNamespace(ctx context.Context, c *cluster.Cluster, name string, labels map[string]string) error {
+func createNamespace(ctx context.Context, c *localcluster.Cluster, name string, labels map[string]string) error {
 	_, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 	if err != nil && !isAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", name, err)
@@ -273,7 +273,7 @@ func createNamespace(ctx context.Context, c *cluster.Cluster, name string, label
 	return nil
 }
 
-func createWorkloads(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario, protect bool) error {
+func createWorkloads(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario, protect bool) error {
 	client := c.Client()
 	for _, w := range s.Workloads {
 		if err := createNamespace(ctx, c, w.Namespace, nil); err != nil {
@@ -363,7 +363,7 @@ func notReadyPods(obs *observer, max int) string {
 
 // createBalloons keeps spare capacity equal to the warm pool: one low-priority pause Pod per
 // pool node, each the size of the pool's first instance type, which protected Pods preempt.
-func createBalloons(ctx context.Context, c *cluster.Cluster, s *scenario.Scenario) error {
+func createBalloons(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario) error {
 	if s.WarmPool == nil {
 		return fmt.Errorf("overprovisioning mode sizes its balloons from warmPool; the scenario has none")
 	}

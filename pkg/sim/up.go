@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // UpState is what `lifeboat sim up` writes for `lifeboat sim interrupt`.
@@ -39,7 +39,7 @@ func Up(ctx context.Context, s *scenario.Scenario, installer *LifeboatInstaller,
 	copts := clusterOptions(s)
 	copts.BinDir, copts.RunDir, copts.KeepRunDir = installer.BinDir, runDir, true
 	fmt.Fprintf(progress, "starting the local control plane (logs in %s)\n", runDir)
-	c, err := cluster.Start(ctx, copts)
+	c, err := localcluster.Start(ctx, copts)
 	if err != nil {
 		return err
 	}

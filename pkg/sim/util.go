@@ -5,7 +5,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // Clients are what the market and the observers need: the simulation runs them against its own
@@ -16,6 +16,8 @@ type Clients struct {
 }
 
 // ClientsOf returns admin clients of a local control plane.
-func ClientsOf(c *cluster.Cluster) Clients { return Clients{Kube: c.Client(), Dynamic: c.Dynamic()} }
+func ClientsOf(c *localcluster.Cluster) Clients {
+	return Clients{Kube: c.Client(), Dynamic: c.Dynamic()}
+}
 
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }

@@ -14,10 +14,10 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 func TestMondayReclaimCompressed(t *testing.T) {
@@ -126,7 +126,7 @@ func runScenario(t *testing.T, name string, timeout time.Duration) (*scenario.Sc
 	if testing.Short() {
 		t.Skip("runs two full local control planes for minutes; run without -short (make test)")
 	}
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func runScenario(t *testing.T, name string, timeout time.Duration) (*scenario.Sc
 	if err != nil {
 		t.Fatal(err)
 	}
-	binDir := cluster.DefaultBinDir()
+	binDir := localcluster.DefaultBinDir()
 	installer, err := sim.NewLifeboatInstaller(binDir)
 	if err != nil {
 		t.Fatalf("%v (make test builds them)", err)

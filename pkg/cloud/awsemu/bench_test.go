@@ -18,6 +18,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
 )
 
 // The round-trip benchmarks measure what the simulation adds to every cloud call: the
@@ -41,7 +42,7 @@ func benchClients(b *testing.B, s *awsemu.Server) *awsclient.Clients {
 }
 
 func BenchmarkRoundTripStartInstances(b *testing.B) {
-	s := awsemu.StartT(b, awsemu.Options{}) // zero delays: transitions are immediate
+	s := awsemutest.StartT(b, awsemu.Options{}) // zero delays: transitions are immediate
 	c := benchClients(b, s)
 	p := cloud.NewInstances(c.EC2, cloud.InstancesOptions{})
 	ctx := context.Background()
@@ -72,7 +73,7 @@ func BenchmarkRoundTripStartInstances(b *testing.B) {
 }
 
 func BenchmarkRoundTripReceiveDelete(b *testing.B) {
-	s := awsemu.StartT(b, awsemu.Options{})
+	s := awsemutest.StartT(b, awsemu.Options{})
 	c := benchClients(b, s)
 	ctx := context.Background()
 	url := s.CreateQueue(s.URL, "bench")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
 )
 
 // fastDelays keep the state machine in milliseconds.
@@ -66,7 +67,7 @@ func waitState(t *testing.T, ctx context.Context, api *ec2.Client, id string, wa
 }
 
 func TestEC2StateMachineThroughSDK(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{Delays: fastDelays})
+	s := awsemutest.StartT(t, awsemu.Options{Delays: fastDelays})
 	api := clients(t, s).EC2
 	ctx := ctxT(t)
 
@@ -139,7 +140,7 @@ func TestEC2StateMachineThroughSDK(t *testing.T) {
 
 func TestEC2ErrorsThroughSDK(t *testing.T) {
 	// A slow launch, so that the instance is surely still pending when hibernated below.
-	s := awsemu.StartT(t, awsemu.Options{Delays: awsemu.Delays{Launch: 300 * time.Millisecond}})
+	s := awsemutest.StartT(t, awsemu.Options{Delays: awsemu.Delays{Launch: 300 * time.Millisecond}})
 	api := clients(t, s).EC2
 	ctx := ctxT(t)
 
@@ -188,7 +189,7 @@ func TestEC2ErrorsThroughSDK(t *testing.T) {
 }
 
 func TestEC2ClientTokenIdempotency(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{Delays: fastDelays})
+	s := awsemutest.StartT(t, awsemu.Options{Delays: fastDelays})
 	api := clients(t, s).EC2
 	ctx := ctxT(t)
 	in := &ec2.RunInstancesInput{ImageId: aws.String("ami-1"), InstanceType: "m5.large", MinCount: aws.Int32(1), MaxCount: aws.Int32(1), ClientToken: aws.String("tok-1")}
@@ -218,7 +219,7 @@ func TestEC2ClientTokenIdempotency(t *testing.T) {
 }
 
 func TestEC2DescribePagination(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{Delays: fastDelays})
+	s := awsemutest.StartT(t, awsemu.Options{Delays: fastDelays})
 	api := clients(t, s).EC2
 	ctx := ctxT(t)
 	if _, err := api.RunInstances(ctx, &ec2.RunInstancesInput{ImageId: aws.String("ami-1"), InstanceType: "m5.large", MinCount: aws.Int32(12), MaxCount: aws.Int32(12),
@@ -251,7 +252,7 @@ func TestEC2DescribePagination(t *testing.T) {
 }
 
 func TestSQSThroughSDK(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{})
+	s := awsemutest.StartT(t, awsemu.Options{})
 	api := clients(t, s).SQS
 	ctx := ctxT(t)
 
@@ -325,7 +326,7 @@ func TestSQSThroughSDK(t *testing.T) {
 }
 
 func TestSQSLongPollEndsWithContext(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{})
+	s := awsemutest.StartT(t, awsemu.Options{})
 	api := clients(t, s).SQS
 	url := s.CreateQueue(s.URL, "q")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

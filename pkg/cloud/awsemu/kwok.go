@@ -179,8 +179,8 @@ func (e *Emulator) bindLocked(op binderOp, in *instance) {
 	}})
 }
 
-// The local cluster's KWOK conventions, the same as test/cluster's (kept here so that the
-// emulator does not depend on test code):
+// The local cluster's KWOK conventions, the same as pkg/localcluster's (kept here so that the
+// emulator does not depend on the control plane's package):
 //   - LabelPower=off makes the KWOK stages stop heartbeating and set Ready=False; removing it
 //     brings the Node back;
 //   - AnnotationReadyAt (RFC 3339) is when a booting or powered-on Node turns Ready. The emulator

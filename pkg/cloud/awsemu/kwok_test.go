@@ -15,7 +15,9 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 func TestKubeNodeBinderNodeShape(t *testing.T) {
@@ -65,7 +67,7 @@ func TestKWOKBinding(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the local control plane binaries; run without -short (make test)")
 	}
-	c := cluster.StartT(t, cluster.Options{KWOK: true})
+	c := localclustertest.StartT(t, localcluster.Options{KWOK: true})
 	client := c.Client()
 	delays := awsemu.Delays{
 		Launch: 20 * time.Millisecond, NodeBoot: 300 * time.Millisecond,
@@ -73,7 +75,7 @@ func TestKWOKBinding(t *testing.T) {
 		Start: 20 * time.Millisecond, NodeResume: 300 * time.Millisecond,
 		Terminate: 20 * time.Millisecond,
 	}
-	s := awsemu.StartT(t, awsemu.Options{Delays: delays, Binder: &awsemu.KubeNodeBinder{Client: client}})
+	s := awsemutest.StartT(t, awsemu.Options{Delays: delays, Binder: &awsemu.KubeNodeBinder{Client: client}})
 	o := s.ClientOptions()
 	o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond
 	aws, err := awsclient.New(context.Background(), o)
@@ -136,7 +138,7 @@ func waitNode(t *testing.T, ctx context.Context, client kubernetes.Interface, na
 			return false, nil
 		}
 		node = n
-		return cluster.NodeReadyStatus(n) == ready, nil
+		return localcluster.NodeReadyStatus(n) == ready, nil
 	})
 	if err != nil {
 		t.Fatalf("node %s never Ready=%s: %v (last: %+v)", name, ready, err, node)

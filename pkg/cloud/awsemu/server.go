@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -80,19 +79,4 @@ func (s *Server) ClientOptions() awsclient.Options {
 		SQSEndpoint: s.URL,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDLIFEBOATEMU", "lifeboat-emulator-secret", ""),
 	}
-}
-
-// StartT starts an emulator on loopback for a test and closes it when the test ends.
-func StartT(t testing.TB, opts Options) *Server {
-	t.Helper()
-	s, err := Start(New(opts), "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("start AWS emulator: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop AWS emulator: %v", err)
-		}
-	})
-	return s
 }

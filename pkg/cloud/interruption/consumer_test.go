@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
 )
 
@@ -102,7 +103,7 @@ func waitEmpty(t *testing.T, s *awsemu.Server, queue string) {
 }
 
 func TestConsumerDuplicatesAndReordering(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{Seed: 42})
+	s := awsemutest.StartT(t, awsemu.Options{Seed: 42})
 	s.SetFaults(awsemu.Faults{SQSDuplicates: 1, SQSReorder: true, SQSThrottle: 0.3})
 	rec := newRecorder()
 	api, url, stop := run(t, s, rec)
@@ -129,7 +130,7 @@ func TestConsumerDuplicatesAndReordering(t *testing.T) {
 }
 
 func TestConsumerDeletesUnparsableAndRedeliversFailures(t *testing.T) {
-	s := awsemu.StartT(t, awsemu.Options{})
+	s := awsemutest.StartT(t, awsemu.Options{})
 	rec := newRecorder()
 	rec.fail["evt-retry"] = 1
 	unparsableBefore := testutil.ToFloat64(interruption.MessagesTotal.WithLabelValues(string(interruption.KindNoOp), interruption.OutcomeUnparsable))
@@ -355,7 +356,7 @@ func TestConsumerBatchesInFlight(t *testing.T) {
 // newQueue starts an emulator with a queue of that name; fast retries if fast.
 func newQueue(t *testing.T, name string, fast bool) (*awsemu.Server, *sqs.Client, string) {
 	t.Helper()
-	s := awsemu.StartT(t, awsemu.Options{})
+	s := awsemutest.StartT(t, awsemu.Options{})
 	o := s.ClientOptions()
 	if fast {
 		o.BaseDelay, o.ThrottleBaseDelay, o.MaxBackoff = time.Millisecond, time.Millisecond, 10*time.Millisecond

@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 type options struct {
@@ -82,7 +82,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-	c, err := cluster.Start(ctx, cluster.Options{Logf: logf})
+	c, err := localcluster.Start(ctx, localcluster.Options{Logf: logf})
 	if err != nil {
 		return fmt.Errorf("start local control plane: %w", err)
 	}

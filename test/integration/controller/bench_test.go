@@ -24,7 +24,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -104,7 +104,7 @@ func benchResume(b *testing.B, bursts []int, rounds int) map[int]resumeSamples {
 	for _, n := range bursts {
 		largest = max(largest, n)
 	}
-	e := newBenchEnv(b, cluster.Options{KWOK: true, ControllerManager: true})
+	e := newBenchEnv(b, localcluster.Options{KWOK: true, ControllerManager: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	wp := e.warmPool(largest, "1h")
@@ -290,7 +290,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // wall time, EC2 calls and Kubernetes API requests (the manager reads from its cache; watches
 // are long-running GETs started before the measurement).
 func BenchmarkReconcile100(b *testing.B) {
-	e := newBenchEnv(b, cluster.Options{KWOK: true, ControllerManager: true})
+	e := newBenchEnv(b, localcluster.Options{KWOK: true, ControllerManager: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	if err := e.client.Create(ctx, e.warmPool(100, "1h")); err != nil {
@@ -322,7 +322,7 @@ func BenchmarkReconcile100(b *testing.B) {
 // such entries, or 1 entry of 2.5 kB, rounds interleaved, each patch's keys removed again after
 // it. It tells the ledger's size from the machine's own write latency. b.N is ignored.
 func BenchmarkLedgerPatch(b *testing.B) {
-	e := newBenchEnv(b, cluster.Options{})
+	e := newBenchEnv(b, localcluster.Options{})
 	ctx := context.Background()
 	key := types.NamespacedName{Namespace: v1alpha1.DefaultNamespace, Name: "ledger-patch-probe"}
 	if err := e.client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {

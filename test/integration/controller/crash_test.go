@@ -19,7 +19,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // spotWithProtectedPod creates a Spot node (instance id) and one protected Pod of cpu on it.
@@ -115,7 +115,7 @@ func (e *env) noOrphans(ctx context.Context) (bool, string) {
 // hibernation, after StartInstances, in the middle of a drain) and restarts it: every time it
 // converges, with no orphaned instance, no instance launched or resumed twice.
 func TestCrashSafety(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 

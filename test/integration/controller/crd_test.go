@@ -9,7 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 var warmPoolGVR = schema.GroupVersionResource{Group: "lifeboat.dev", Version: "v1alpha1", Resource: "warmpools"}
@@ -21,9 +22,9 @@ func TestCRDValidation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs the local control plane (make tools)")
 	}
-	c := cluster.StartT(t, cluster.Options{})
+	c := localclustertest.StartT(t, localcluster.Options{})
 	ctx := context.Background()
-	if err := cluster.ApplyCRDDirs(ctx, c, []string{crdDir(t)}); err != nil {
+	if err := localcluster.ApplyCRDDirs(ctx, c, []string{crdDir(t)}); err != nil {
 		t.Fatal(err)
 	}
 	dyn := c.Dynamic().Resource(warmPoolGVR)

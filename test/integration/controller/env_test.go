@@ -32,10 +32,12 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
 	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 // fastDelays keep the emulated EC2 state machine quick; the order of events is what matters.
@@ -50,7 +52,7 @@ type env struct {
 	wrap func(http.RoundTripper) http.RoundTripper
 	// impersonate, if set, runs the manager as that ServiceAccount user (its RBAC only).
 	impersonate string
-	cluster     *cluster.Cluster
+	cluster     *localcluster.Cluster
 	client      client.Client
 	emu         *awsemu.Server
 	queue       string
@@ -59,7 +61,7 @@ type env struct {
 }
 
 func crdDir(t testing.TB) string {
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +71,10 @@ func crdDir(t testing.TB) string {
 // newEnv starts the control plane, applies the WarmPool CRD and the namespace, starts the AWS
 // emulator bound to the cluster, and a stand-in for the kubelet's image reporting.
 func newEnv(t *testing.T) *env {
-	return newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true})
+	return newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true})
 }
 
-func newEnvWith(t *testing.T, copts cluster.Options) *env {
+func newEnvWith(t *testing.T, copts localcluster.Options) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs the local control plane (make tools)")
@@ -80,17 +82,17 @@ func newEnvWith(t *testing.T, copts cluster.Options) *env {
 	return newBenchEnv(t, copts)
 }
 
-func newBenchEnv(t testing.TB, copts cluster.Options) *env {
+func newBenchEnv(t testing.TB, copts localcluster.Options) *env {
 	t.Helper()
-	c := cluster.StartT(t, copts)
+	c := localclustertest.StartT(t, copts)
 	ctx := context.Background()
-	if err := cluster.ApplyCRDDirs(ctx, c, []string{crdDir(t)}); err != nil {
+	if err := localcluster.ApplyCRDDirs(ctx, c, []string{crdDir(t)}); err != nil {
 		t.Fatalf("apply CRD: %v", err)
 	}
 	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	emu := awsemu.StartT(t, awsemu.Options{Delays: fastDelays(), Binder: &awsemu.KubeNodeBinder{Client: c.Client()}, Seed: 7})
+	emu := awsemutest.StartT(t, awsemu.Options{Delays: fastDelays(), Binder: &awsemu.KubeNodeBinder{Client: c.Client()}, Seed: 7})
 	queue := emu.CreateQueue(emu.URL, "lifeboat-interruptions")
 	cl, err := client.New(c.RESTConfig(), client.Options{Scheme: controllers.Scheme()})
 	if err != nil {

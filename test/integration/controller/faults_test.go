@@ -22,7 +22,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // TestICEOnResume: the standby node the plan prefers cannot be started (EC2 has no capacity for
@@ -143,7 +143,7 @@ func (e *env) watchPoolNodes(ctx context.Context) *poolWatch {
 // signal — the SpotInterrupted Warning events on a NodeClaim and its Node — resumes exactly one
 // lifeboat for the protected Pod on that node.
 func TestKarpenterCoexistence(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{Karpenter: true})
+	e := newEnvWith(t, localcluster.Options{Karpenter: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	if err := e.client.Create(ctx, e.warmPool(2, "1h")); err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 const poolName = "pool"
@@ -104,7 +104,7 @@ func missing(n *corev1.Node, want ...string) []string {
 // nodes its protected Pods need; the pool refills; at activeDuration the lifeboat nodes are
 // handed off without the Deployment's ready count ever dropping, emptied and terminated.
 func TestWarmPoolLifecycle(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
 	ctx := context.Background()
 	kube := e.cluster.Client()
 

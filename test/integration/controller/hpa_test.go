@@ -17,7 +17,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 func hpaCondition(h *autoscalingv2.HorizontalPodAutoscaler, t autoscalingv2.HorizontalPodAutoscalerConditionType) *autoscalingv2.HorizontalPodAutoscalerCondition {
@@ -43,8 +43,8 @@ func TestHandoffWithHPA(t *testing.T) {
 	// period (15 s, KCM's default), as they do on real fresh capacity (image pulls, readiness
 	// probes): the HPA certainly reconciles while the surge is in flight. (It reconciles every
 	// sync period only; an update of the HPA object does not make it act sooner.)
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true, Scheduler: true,
-		PodStartDelays: []cluster.DelayRule{{Selector: map[string]string{"test.lifeboat.dev/slow-start": "true"}, Delay: 20 * time.Second}}})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true, Scheduler: true,
+		PodStartDelays: []localcluster.DelayRule{{Selector: map[string]string{"test.lifeboat.dev/slow-start": "true"}, Delay: 20 * time.Second}}})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	od := kwokNode("od-1", map[string]string{v1alpha1.LabelCapacityType: "on-demand", v1alpha1.LabelInstanceType: "m5.2xlarge", v1alpha1.LabelZone: "us-east-1b", "test.lifeboat.dev/slow-start": "true"}, "8", "aws:///us-east-1b/i-00000000000000b01")

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // TestHandoffLetsJobPodsFinish: two Pods of a real Job (KCM's Job controller, podFailurePolicy
@@ -25,7 +25,7 @@ import (
 // complete there, the Job succeeds with no failed Pod, and only then the empty node is
 // recycled.
 func TestHandoffLetsJobPodsFinish(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	boat := e.oneActiveLifeboat(ctx, func(wp *v1alpha1.WarmPool) {
@@ -43,7 +43,7 @@ func TestHandoffLetsJobPodsFinish(t *testing.T) {
 			}}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "batch", v1alpha1.LabelProtected: "true"},
-					Annotations: map[string]string{cluster.AnnotationRunFor: "60s"}},
+					Annotations: map[string]string{localcluster.AnnotationRunFor: "60s"}},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
 					Tolerations:   []corev1.Toleration{{Key: v1alpha1.TaintLifeboat, Operator: corev1.TolerationOpExists}},

@@ -14,7 +14,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // TestCrashAfterLedgerWrite: the controller died right after its burst's one durable write —
@@ -25,7 +25,7 @@ import (
 // for the interrupted node, the decision naming it — with exactly one StartInstances in all,
 // nothing else resumed, the ledger emptied, nothing orphaned and the pool refilled.
 func TestCrashAfterLedgerWrite(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	if err := e.client.Create(ctx, e.warmPool(2, "1h")); err != nil {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // controllerIdentity is the ServiceAccount the controller runs as (a sidecar of the scheduler).
@@ -26,7 +26,7 @@ const controllerIdentity = "system:serviceaccount:" + v1alpha1.DefaultNamespace 
 // documents (the scheduler's, which the sidecar shares, included).
 func shippedRBAC(t *testing.T) string {
 	t.Helper()
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func shippedRBAC(t *testing.T) string {
 // lifeboat through the resume ledger, the decision is recorded and the ledger emptied. (A
 // cluster-wide ConfigMap informer, for one, would never sync under these permissions.)
 func TestShippedRBAC(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 	if err := e.cluster.ApplyYAML(ctx, shippedRBAC(t)); err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // lifeboatDeployment is a protected Deployment whose Pods tolerate the lifeboat taint (standing in
@@ -143,7 +143,7 @@ func (e *env) backInStandby(id string) func(ctx context.Context) (bool, string) 
 // right after the node went back. Then, with the instance's hibernation degrading to a plain
 // stop, the next return falls back to terminate and the pool launches a replacement.
 func TestRehibernate(t *testing.T) {
-	e := newEnvWith(t, cluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
 	ctx := context.Background()
 	e.emu.SetFaults(awsemuNoFaults())
 

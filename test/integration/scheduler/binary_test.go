@@ -30,7 +30,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 var (
@@ -185,7 +186,7 @@ func TestBinaryWithManifests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the local control plane")
 	}
-	c := cluster.StartT(t, cluster.Options{})
+	c := localclustertest.StartT(t, localcluster.Options{})
 	client := c.Client()
 	ctx := context.Background()
 

@@ -1,6 +1,6 @@
 // Package scheduler holds the lifeboat-scheduler's integration tests: an in-process scheduler
 // built from manifests/scheduler/config.yaml with the out-of-tree plugins, and the real
-// cmd/lifeboat-scheduler binary, both against the local control plane of test/cluster.
+// cmd/lifeboat-scheduler binary, both against the local control plane of pkg/localcluster.
 package scheduler
 
 import (
@@ -29,11 +29,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	_ "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	"github.com/lifeboat-k8s/lifeboat/plugins/capacitypoolspread"
 	"github.com/lifeboat-k8s/lifeboat/plugins/lifeboatplacement"
 	"github.com/lifeboat-k8s/lifeboat/plugins/lifeboattaints"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // outOfTreeRegistry is what cmd/lifeboat-scheduler registers with app.WithPlugin.
@@ -45,7 +45,7 @@ var outOfTreeRegistry = frameworkruntime.Registry{
 
 func repoPath(t testing.TB, elem ...string) string {
 	t.Helper()
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

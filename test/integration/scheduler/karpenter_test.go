@@ -20,7 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 // TestKarpenterLaunchesReplacements proves the property the design rests on: while the
@@ -56,7 +57,7 @@ func TestKarpenterLaunchesReplacements(t *testing.T) {
 // time the interrupted node is gone and the replicas run on the lifeboat node.
 func interruptOntoLifeboat(t *testing.T, tolerateLifeboat bool) []string {
 	const replicas = 6
-	c := cluster.StartT(t, cluster.Options{Karpenter: true, PodStartDelays: []cluster.DelayRule{
+	c := localclustertest.StartT(t, localcluster.Options{Karpenter: true, PodStartDelays: []localcluster.DelayRule{
 		{Selector: map[string]string{v1alpha1.LabelPool: "default"}, Delay: 4 * time.Second},
 	}})
 	startScheduler(t, c.RESTConfig())
@@ -122,7 +123,7 @@ func interruptOntoLifeboat(t *testing.T, tolerateLifeboat bool) []string {
 		t.Fatal(err)
 	}
 	for _, claim := range victimClaims {
-		if err := c.Dynamic().Resource(cluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
+		if err := c.Dynamic().Resource(localcluster.NodeClaimGVR).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +158,7 @@ func interruptOntoLifeboat(t *testing.T, tolerateLifeboat bool) []string {
 	// The replacement is real capacity: its Node registers and turns Ready.
 	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for _, name := range replacements {
-			cl, err := c.Dynamic().Resource(cluster.NodeClaimGVR).Get(ctx, name, metav1.GetOptions{})
+			cl, err := c.Dynamic().Resource(localcluster.NodeClaimGVR).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				continue
 			}
@@ -165,7 +166,7 @@ func interruptOntoLifeboat(t *testing.T, tolerateLifeboat bool) []string {
 			if nodeName == "" {
 				continue
 			}
-			if n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err == nil && cluster.NodeReadyStatus(n) == v1.ConditionTrue {
+			if n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err == nil && localcluster.NodeReadyStatus(n) == v1.ConditionTrue {
 				return true, nil
 			}
 		}
@@ -199,11 +200,11 @@ func waitReady(t *testing.T, ctx context.Context, client kubernetes.Interface, n
 	}
 }
 
-func nodeClaimOf(t *testing.T, ctx context.Context, c *cluster.Cluster, node string) string {
+func nodeClaimOf(t *testing.T, ctx context.Context, c *localcluster.Cluster, node string) string {
 	t.Helper()
 	var name string
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		claims, err := c.Dynamic().Resource(cluster.NodeClaimGVR).List(ctx, metav1.ListOptions{})
+		claims, err := c.Dynamic().Resource(localcluster.NodeClaimGVR).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -222,13 +223,13 @@ func nodeClaimOf(t *testing.T, ctx context.Context, c *cluster.Cluster, node str
 }
 
 // watchNewNodeClaims records NodeClaims created from now on.
-func watchNewNodeClaims(t *testing.T, ctx context.Context, c *cluster.Cluster) (created func() []string, stop func()) {
+func watchNewNodeClaims(t *testing.T, ctx context.Context, c *localcluster.Cluster) (created func() []string, stop func()) {
 	t.Helper()
-	list, err := c.Dynamic().Resource(cluster.NodeClaimGVR).List(ctx, metav1.ListOptions{})
+	list, err := c.Dynamic().Resource(localcluster.NodeClaimGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.Dynamic().Resource(cluster.NodeClaimGVR).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+	w, err := c.Dynamic().Resource(localcluster.NodeClaimGVR).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 	"github.com/lifeboat-k8s/lifeboat/plugins/lifeboatplacement"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // TestPlacement runs the in-process lifeboat scheduler (manifest profile, out-of-tree
@@ -27,7 +28,7 @@ func TestPlacement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the local control plane")
 	}
-	c := cluster.StartT(t, cluster.Options{})
+	c := localclustertest.StartT(t, localcluster.Options{})
 	client := c.Client()
 
 	// Telemetry the controller would maintain: pool c5.xlarge/us-east-1c/spot was reclaimed

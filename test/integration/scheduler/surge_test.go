@@ -18,8 +18,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 	"github.com/lifeboat-k8s/lifeboat/plugins/lifeboatplacement"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 )
 
 // TestSurgePodsDoNotPreempt: a handoff surge Pod (its Deployment carries the surge annotation,
@@ -31,7 +32,7 @@ func TestSurgePodsDoNotPreempt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the local control plane")
 	}
-	c := cluster.StartT(t, cluster.Options{ControllerManager: true})
+	c := localclustertest.StartT(t, localcluster.Options{ControllerManager: true})
 	client := c.Client()
 	ctx := context.Background()
 	startScheduler(t, c.RESTConfig())

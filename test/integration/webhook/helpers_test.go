@@ -34,15 +34,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/pod"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/workload"
 )
 
 func repoPath(t testing.TB, rel string) string {
 	t.Helper()
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

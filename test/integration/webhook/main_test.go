@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/server"
 )
 
@@ -26,7 +26,7 @@ const profileDirEnv = "LIFEBOAT_BENCH_PROFILE_DIR"
 
 // shared is the control plane of the package's tests (etcd, kube-apiserver and
 // kube-controller-manager, so Deployments and Jobs create Pods). Tests use their own namespaces.
-var shared *cluster.Cluster
+var shared *localcluster.Cluster
 
 func TestMain(m *testing.M) {
 	if os.Getenv(processEnv) == "1" {
@@ -43,11 +43,11 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	opts := cluster.Options{ControllerManager: true}
+	opts := localcluster.Options{ControllerManager: true}
 	if os.Getenv(profileDirEnv) != "" {
 		opts.ExtraAPIServerFlags = append(opts.ExtraAPIServerFlags, "--profiling=true")
 	}
-	c, err := cluster.Start(ctx, opts)
+	c, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start local control plane: %v\n", err)
 		return 1

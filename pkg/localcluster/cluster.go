@@ -6,7 +6,7 @@
 // Binaries come from bin/ (`make tools`); each component logs to <RunDir>/<name>.log.
 // Children are started with Pdeathsig from a thread that lives as long as the process, so they
 // die with the harness even when a test panics or times out before Stop.
-package cluster
+package localcluster
 
 import (
 	"context"
@@ -17,14 +17,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 )
 
 // Options selects components and their behaviour. The zero value starts etcd and
@@ -171,31 +169,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// StartT starts a cluster for a test: it fails the test on error, stops the cluster in
-// t.Cleanup, and prints the tail of every component log when the test failed.
-func StartT(t testing.TB, opts Options) *Cluster {
-	t.Helper()
-	if opts.Logf == nil {
-		opts.Logf = t.Logf
-	}
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	began := time.Now()
-	c, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("start local control plane: %v", err)
-	}
-	t.Logf("local control plane up in %s (run dir %s)", time.Since(began).Round(time.Millisecond), c.runDir)
-	c.keepRunDir = t.Failed
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs (tails) from %s:\n%s", c.runDir, c.LogTails(6000))
-		}
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop local control plane: %v", err)
-		}
-	})
-	return c
-}
+// KeepRunDirIf makes Stop keep the run directory (the component logs) when keep reports true
+// at that time, e.g. a test's Failed.
+func (c *Cluster) KeepRunDirIf(keep func() bool) { c.keepRunDir = keep }
 
 // Stop ends every component (reverse start order) and waits for each to exit.
 func (c *Cluster) Stop() error {

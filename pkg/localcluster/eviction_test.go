@@ -1,4 +1,4 @@
-package cluster_test
+package localcluster_test
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 // TestEvictedJobPodIsReplaced: a deleted Pod on a KWOK node reaches a terminal phase and goes,
@@ -25,7 +26,7 @@ func TestEvictedJobPodIsReplaced(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := cluster.StartT(t, cluster.Options{ControllerManager: true, KWOK: true})
+	c := localclustertest.StartT(t, localcluster.Options{ControllerManager: true, KWOK: true})
 	cs := c.Client()
 	if _, err := c.CreateKWOKNode(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker"}}); err != nil {
 		t.Fatal(err)
@@ -37,7 +38,7 @@ func TestEvictedJobPodIsReplaced(t *testing.T) {
 			Action:          batchv1.PodFailurePolicyActionIgnore,
 			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 		}}},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{cluster.AnnotationRunFor: "1h"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{localcluster.AnnotationRunFor: "1h"}},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, NodeName: "worker",
 				Containers: []corev1.Container{{Name: "c", Image: "registry.example/work:1",
 					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}}},

@@ -1,4 +1,4 @@
-package cluster_test
+package localcluster_test
 
 import (
 	"context"
@@ -21,7 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/lifeboat-k8s/lifeboat/test/cluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
 )
 
 // TestMinimalControlPlane: etcd + kube-apiserver only, with RBAC; Stop leaves no process.
@@ -30,7 +31,7 @@ func TestMinimalControlPlane(t *testing.T) {
 		t.Skip("needs the local control plane binaries; run without -short (make test)")
 	}
 	ctx := context.Background()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
+	c, err := localcluster.Start(ctx, localcluster.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestHarnessCrashHelper(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process of TestChildrenDieWithHarness")
 	}
-	c, err := cluster.Start(context.Background(), cluster.Options{})
+	c, err := localcluster.Start(context.Background(), localcluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func assertAllExited(t *testing.T, pids map[string]int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
 		for _, pid := range pids {
-			if cluster.ProcessAlive(pid) {
+			if localcluster.ProcessAlive(pid) {
 				return false, nil
 			}
 		}
@@ -115,7 +116,7 @@ func assertAllExited(t *testing.T, pids map[string]int) {
 	})
 	if err != nil {
 		for name, pid := range pids {
-			if cluster.ProcessAlive(pid) {
+			if localcluster.ProcessAlive(pid) {
 				t.Errorf("%s (pid %d) is still alive", name, pid)
 			}
 		}
@@ -130,9 +131,9 @@ func TestFullControlPlane(t *testing.T) {
 		t.Skip("needs the local control plane binaries; run without -short (make test)")
 	}
 	const bootDelay = 30 * time.Second
-	c := cluster.StartT(t, cluster.Options{
+	c := localclustertest.StartT(t, localcluster.Options{
 		Karpenter: true,
-		NodeBootDelays: []cluster.DelayRule{
+		NodeBootDelays: []localcluster.DelayRule{
 			{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: bootDelay},
 		},
 	})
@@ -187,7 +188,7 @@ func TestFullControlPlane(t *testing.T) {
 	if len(nodes) == 0 {
 		t.Fatal("Pods are Running but no Karpenter node exists")
 	}
-	claims, err := c.Dynamic().Resource(cluster.NodeClaimGVR).List(ctx, metav1.ListOptions{})
+	claims, err := c.Dynamic().Resource(localcluster.NodeClaimGVR).List(ctx, metav1.ListOptions{})
 	if err != nil || len(claims.Items) == 0 {
 		t.Fatalf("list NodeClaims: %v (%d)", err, len(claims.Items))
 	}
@@ -207,7 +208,7 @@ func TestFullControlPlane(t *testing.T) {
 	onVictim := countOnNode(ctx, t, client, ns, victimNode)
 	t.Logf("deleting NodeClaim %s (node %s, %d of 6 Pods)", victimClaim, victimNode, onVictim)
 	deleted := time.Now()
-	if err := c.Dynamic().Resource(cluster.NodeClaimGVR).Delete(ctx, victimClaim, metav1.DeleteOptions{}); err != nil {
+	if err := c.Dynamic().Resource(localcluster.NodeClaimGVR).Delete(ctx, victimClaim, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	minReady, longestPending := 6, time.Duration(0)
@@ -270,18 +271,18 @@ func TestFullControlPlane(t *testing.T) {
 	if err := c.PowerOff(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.WaitNodeReady(ctx, client, node, false); err != nil {
+	if err := localcluster.WaitNodeReady(ctx, client, node, false); err != nil {
 		t.Fatalf("node %s did not go NotReady after power off: %v", node, err)
 	}
 	// Still NotReady a few heartbeats later: nothing turns it back on behind our back.
 	time.Sleep(3 * time.Second)
-	if n, _ := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); cluster.NodeReadyStatus(n) != corev1.ConditionFalse {
+	if n, _ := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); localcluster.NodeReadyStatus(n) != corev1.ConditionFalse {
 		t.Fatalf("powered-off node %s is Ready again", node)
 	}
 	if err := c.PowerOn(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.WaitNodeReady(ctx, client, node, true); err != nil {
+	if err := localcluster.WaitNodeReady(ctx, client, node, true); err != nil {
 		t.Fatalf("node %s did not return Ready after power on: %v", node, err)
 	}
 	if err := c.Running(); err != nil {
