@@ -19,12 +19,23 @@ help: ## List the targets
 # ---- components of the local control plane, built from the module graph ----
 
 TOOLS_STAMP := $(BIN)/.tools-stamp
-$(TOOLS_STAMP): go.mod go.sum hack/etcd/main.go hack/build-tools.sh
+$(TOOLS_STAMP): go.mod go.sum hack/etcd/main.go hack/build-tools.sh hack/tools/go.mod hack/tools/go.sum hack/build-chart-tools.sh
 	bash hack/build-tools.sh $(BIN)
 	@touch $@
 
 .PHONY: tools
-tools: $(TOOLS_STAMP) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, karpenter-kwok into bin/ (only when go.mod changes)
+tools: $(TOOLS_STAMP) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, karpenter-kwok, helm, promtool into bin/ (only when a go.mod changes)
+
+# helm and promtool alone (make chart, make verify): their own module, hack/tools/go.mod.
+HELM := $(BIN)/helm
+CHART_TOOLS_STAMP := $(BIN)/.chart-tools-stamp
+$(CHART_TOOLS_STAMP): hack/tools/go.mod hack/tools/go.sum hack/build-chart-tools.sh
+	bash hack/build-chart-tools.sh $(BIN)
+	@touch $@
+
+.PHONY: chart
+chart: $(CHART_TOOLS_STAMP) ## Regenerate what derives from charts/lifeboat: its README (from values.yaml), its crds/, and manifests/ (helm template)
+	go run ./hack/chartgen -helm $(HELM)
 
 .PHONY: build
 build: ## Build Lifeboat's binaries (cmd/...) into bin/
@@ -56,13 +67,14 @@ generate: ## Regenerate the WarmPool deepcopy code and CRD (controller-gen)
 	bash hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet, go mod tidy and generated code leave no diff; the binaries link no test code
+verify: $(CHART_TOOLS_STAMP) ## gofmt, go vet, go mod tidy and generated code leave no diff; the binaries link no test code; chart README and manifests/ match the chart
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	@bad=$$(go list -deps ./cmd/... | grep -E '^testing$$|^github.com/lifeboat-k8s/lifeboat/(test/|.*test$$)' || true); \
 	  if [ -n "$$bad" ]; then echo "the shipped binaries link test code (keep test helpers in *test packages imported only by _test.go files):"; echo "$$bad"; exit 1; fi
 	bash hack/generate.sh
 	@git diff --exit-code -- manifests/crds pkg/apis || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	go run ./hack/chartgen -verify -helm $(HELM)
 	@cp go.mod /tmp/lifeboat.go.mod.bak; cp go.sum /tmp/lifeboat.go.sum.bak; go mod tidy; \
 	  if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changed go.mod/go.sum:"; git diff -- go.mod go.sum; \
 	  cp /tmp/lifeboat.go.mod.bak go.mod; cp /tmp/lifeboat.go.sum.bak go.sum; exit 1; fi

@@ -12,4 +12,4 @@ PARALLEL="${FUZZ_PARALLEL:-2}"
 go test ./webhooks/server/ -run '^$' -fuzz '^FuzzAdmissionReview$' -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZ_MINIMIZE:-5s}" -parallel "${PARALLEL}"
 
 # Interruption messages: no panic, every bad body is rejected (and deleted by the consumer).
-go test ./pkg/cloud/interruption/ -run '^$' -fuzz '^FuzzParse$' -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZ_MINIMIZE:-5s}" -parallel "${PARALLEL}"
+go test ./pkg/cloud/interruptionqueue/ -run '^$' -fuzz '^FuzzParse$' -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZ_MINIMIZE:-5s}" -parallel "${PARALLEL}"

@@ -17,10 +17,11 @@ func NewCommand() *cobra.Command {
   lifeboat sim run        play a Spot-reclaim scenario on a local control plane, with and without Lifeboat
   lifeboat sim scenarios  list the built-in scenarios
   lifeboat status         warm pools, node states, protected workloads, recent interruptions
-  lifeboat pdb KIND/NAME  the PodDisruptionBudget the webhook suggests for a workload`,
+  lifeboat pdb KIND/NAME  the PodDisruptionBudget the webhook suggests for a workload
+  lifeboat assess         classify the cluster's workloads for Spot, price them, write a scenario of the fleet`,
 		SilenceUsage: true,
 	}
 	flags := genericclioptions.NewConfigFlags(true)
-	root.AddCommand(newSimCommand(), newStatusCommand(flags), newPDBCommand(flags))
+	root.AddCommand(newSimCommand(), newStatusCommand(flags), newPDBCommand(flags), newAssessCommand(flags))
 	return root
 }

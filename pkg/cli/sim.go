@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -63,6 +65,11 @@ component's log under --out, prints a table to stdout and progress to stderr.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			closeLog, err := logToFile(filepath.Join(out, "sim.log"), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer closeLog()
 			ctx = klog.NewContext(ctx, klog.Background())
 			opts := sim.Options{BinDir: binDir, OutDir: out, Progress: cmd.ErrOrStderr(), Parallel: parallel}
 			if installer, err := sim.NewLifeboatInstaller(binDir); err == nil {
@@ -155,6 +162,11 @@ Then trigger notices from another shell with ` + "`lifeboat sim interrupt`" + `.
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			closeLog, err := logToFile(upRunDir+".log", cmd.ErrOrStderr()) // beside the run directory, which Up empties
+			if err != nil {
+				return err
+			}
+			defer closeLog()
 			ctx = klog.NewContext(ctx, klog.Background())
 			kc, _ := filepath.Abs(upKubecfg)
 			return sim.Up(ctx, s, installer, upRunDir, kc, upState, cmd.ErrOrStderr(), func() {
@@ -211,4 +223,30 @@ node and its Pods gone). Waits for the reclaims and prints what happened.`,
 	cmd.Flags().IntVar(&count, "count", 1, "number of nodes to interrupt")
 	cmd.Flags().DurationVar(&spread, "spread", 0, "spread the notices over this long")
 	return cmd
+}
+
+// logToFile sends the simulation's own log lines (klog: the market model, client-go warnings)
+// to path, so that the terminal shows only the progress and the report; it says where.
+func logToFile(path string, progress io.Writer) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open the simulation log: %w", err)
+	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := fs.Set(k, v); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	klog.SetOutput(f)
+	fmt.Fprintf(progress, "log of the simulation itself: %s\n", path)
+	return func() {
+		klog.Flush()
+		f.Close()
+	}, nil
 }

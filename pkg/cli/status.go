@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,8 +20,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+	"github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
 )
 
 var warmPoolGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "warmpools"}
@@ -64,7 +69,7 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 	case len(list.Items) == 0:
 		fmt.Fprintln(tw, "  none: create a WarmPool (docs/WARMPOOL.md)")
 	default:
-		fmt.Fprintln(tw, "  NAME\tDESIRED\tSTANDBY\tWARMING\tACTIVE\tDRAINING\tREADY\tLAST ACTIVATION")
+		fmt.Fprintln(tw, "  NAME\tDESIRED\tSTANDBY\tWARMING\tACTIVE\tDRAINING\tREADY\tLAST ACTIVATION\tCOST/MONTH\tAS OVERPROVISIONING")
 		for _, u := range list.Items {
 			wp := &v1alpha1.WarmPool{}
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, wp); err != nil {
@@ -74,8 +79,9 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 			if wp.Status.LastActivation != nil {
 				last = time.Since(wp.Status.LastActivation.Time).Round(time.Second).String() + " ago"
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", wp.Name, wp.Status.Desired, wp.Status.Standby, wp.Status.Warming,
-				wp.Status.Active, wp.Status.Draining, conditionStatus(wp.Status.Conditions, "Ready"), last)
+			monthly, over := costColumns(wp.Status.Cost)
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", wp.Name, wp.Status.Desired, wp.Status.Standby, wp.Status.Warming,
+				wp.Status.Active, wp.Status.Draining, conditionStatus(wp.Status.Conditions, "Ready"), last, monthly, over)
 		}
 	}
 
@@ -92,6 +98,11 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Labels[v1alpha1.LabelPool], n.Labels[v1alpha1.LabelState],
 				n.Labels[v1alpha1.LabelInstanceType], n.Labels[v1alpha1.LabelZone], readyStatus(&n))
 		}
+	}
+
+	fmt.Fprintln(tw, "\nON-DEMAND FALLBACK CAPACITY (Karpenter's On-Demand nodes that Spot could take back)")
+	if err := printFallback(ctx, tw, client, dyn); err != nil {
+		return err
 	}
 
 	fmt.Fprintln(tw, "\nPROTECTED WORKLOADS")
@@ -224,4 +235,71 @@ func readyStatus(n *corev1.Node) string {
 		}
 	}
 	return "Unknown"
+}
+
+// costColumns renders status.cost: the pool's monthly cost, and what the same cover would cost
+// as overprovisioning with the ratio between them.
+func costColumns(c *v1alpha1.CostStatus) (monthly, overprovisioning string) {
+	if c == nil || c.Monthly == "" {
+		return "-", "-"
+	}
+	monthly = "$" + c.Monthly
+	if c.OverprovisioningMonthly == "" {
+		return monthly, "- (set --on-demand-hourly-price or spec.pricing)"
+	}
+	overprovisioning = "$" + c.OverprovisioningMonthly
+	m, err1 := strconv.ParseFloat(c.Monthly, 64)
+	o, err2 := strconv.ParseFloat(c.OverprovisioningMonthly, 64)
+	if err1 == nil && err2 == nil && o > 0 {
+		overprovisioning += fmt.Sprintf(" (pool is %.2f×)", m/o)
+	}
+	return monthly, overprovisioning
+}
+
+// printFallback lists Karpenter's On-Demand nodes and whether their Pods could move to Spot
+// (reclaimback.FindFallback): capacity Karpenter fell back to in a Spot shortage and keeps.
+func printFallback(ctx context.Context, tw io.Writer, client kubernetes.Interface, dyn dynamic.Interface) error {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelCapacityType + "=on-demand," + reclaimback.LabelNodePool})
+	if err != nil {
+		return err
+	}
+	if len(nodes.Items) == 0 {
+		fmt.Fprintln(tw, "  none")
+		return nil
+	}
+	spotAllowed := map[string]bool{}
+	nps, err := dyn.Resource(nodePoolGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(tw, "  cannot list Karpenter's NodePools (%v)\n", err)
+		return nil
+	}
+	for _, u := range nps.Items {
+		np := &karpv1.NodePool{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, np); err != nil {
+			return fmt.Errorf("decode NodePool %s: %w", u.GetName(), err)
+		}
+		spotAllowed[np.Name] = nodepool.Assess(np).SpotAllowed
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	byNode := map[string][]*corev1.Pod{}
+	for j := range pods.Items {
+		p := &pods.Items[j]
+		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
+	}
+	infos := make([]reclaimback.NodeInfo, 0, len(nodes.Items))
+	for i := range nodes.Items {
+		infos = append(infos, reclaimback.NodeInfo{Node: &nodes.Items[i], Pods: byNode[nodes.Items[i].Name]})
+	}
+	fmt.Fprintln(tw, "  NODE\tNODEPOOL\tPODS\tSPOT COULD TAKE IT BACK")
+	for _, c := range reclaimback.FindFallback(infos, spotAllowed, nil) {
+		pods, verdict := fmt.Sprint(c.Pods), "yes"
+		if c.Excluded != "" {
+			pods, verdict = "-", "no: "+c.Detail
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Node, c.NodePool, pods, verdict)
+	}
+	return nil
 }

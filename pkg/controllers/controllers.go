@@ -22,14 +22,17 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/activation"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/bridge"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/garbagecollection"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/indexes"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/intake"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/pooltelemetry"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/recycle"
-	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/telemetry"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
 )
 
@@ -53,7 +56,7 @@ func CacheOptions(namespace string) cache.Options {
 		namespace = v1alpha1.DefaultNamespace
 	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Event{}:     {Field: fields.OneTermEqualSelector("reason", interruption.KarpenterReasonSpotInterrupted)},
+		&corev1.Event{}:     {Field: fields.OneTermEqualSelector("reason", intake.KarpenterReasonSpotInterrupted)},
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{namespace: {}}},
 	}}
 }
@@ -63,7 +66,7 @@ type Deps struct {
 	Instances cloud.Instances
 	Clock     clock.Clock
 	// Queue, if set, is consumed for interruption notices (run only on the leader).
-	Queue *cloudinterruption.Consumer
+	Queue *interruptionqueue.Consumer
 	// Namespace of Lifeboat (pre-pull Pods, telemetry). Default lifeboat-system.
 	Namespace       string
 	TelemetryWindow time.Duration
@@ -97,14 +100,13 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	d.WarmPool.Namespace = d.Namespace
 	rec := mgr.GetEventRecorder("lifeboat-controller")
 	c := mgr.GetClient()
-	if err := interruption.RegisterIndexes(ctx, mgr); err != nil {
+	if err := indexes.Register(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("indexes: %w", err)
 	}
-	store := &telemetry.Store{Client: c, Clock: d.Clock, Window: d.TelemetryWindow, Namespace: d.Namespace}
+	store := &pooltelemetry.Store{Client: c, Clock: d.Clock, Window: d.TelemetryWindow, Namespace: d.Namespace}
 	wp := warmpool.New(c, d.Instances, d.Clock, rec, d.WarmPool)
-	intr := interruption.New(c, mgr.GetAPIReader(), d.Instances, d.Clock, rec, store)
-	intr.Namespace = d.Namespace
-	act := interruption.NewActivator(c, d.Instances, d.Clock, rec)
+	intr := interruption.New(c, mgr.GetAPIReader(), d.Instances, d.Clock, rec, store, d.Namespace)
+	act := activation.NewActivator(c, d.Instances, d.Clock, rec)
 	if d.ActiveRestartAfter > 0 {
 		act.RestartAfter = d.ActiveRestartAfter
 	}
@@ -121,10 +123,10 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	if d.Bridge.Poll > 0 {
 		bo.Poll = d.Bridge.Poll
 	}
+	bo.Off = d.Bridge.Off
 	if err := bo.Validate(); err != nil {
 		return nil, err
 	}
-	br := bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
 	ho := handoff.New(c, d.Clock, rec)
 	if d.HandoffPoll > 0 {
 		ho.Poll = d.HandoffPoll
@@ -136,22 +138,26 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	if d.GCGrace > 0 {
 		gc.Grace = d.GCGrace
 	}
-	for name, r := range map[string]interface{ Register(ctrl.Manager) error }{
-		"warmpool": wp, "interruption": intr, "activation": act, "handoff": ho, "bridge": br,
+	reconcilers := map[string]interface{ Register(ctrl.Manager) error }{
+		"warmpool": wp, "interruption": intr, "interruption-intake": intr.Intake(), "activation": act, "handoff": ho,
 		"recycle": recycle.New(c, d.Instances, d.Clock, rec), "garbagecollection": gc,
-		"nodepool": nodepool.New(c, rec), "telemetry": &telemetry.Controller{Store: store},
-	} {
+		"nodepool": nodepool.New(c, rec), "telemetry": &pooltelemetry.Controller{Store: store},
+	}
+	if !bo.Off {
+		reconcilers["bridge"] = bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
+	}
+	for name, r := range reconcilers {
 		if err := r.Register(mgr); err != nil {
 			return nil, fmt.Errorf("register %s: %w", name, err)
 		}
 	}
 	if d.Queue != nil {
 		q := d.Queue
-		if q.Gather == nil {
-			q.Gather = intr.Gather
+		if q.HoldBatchOpen == nil {
+			q.HoldBatchOpen = intr.Intake().HoldBatchOpen
 		}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			return q.RunBatches(ctx, intr.HandleBatch)
+			return q.RunBatches(ctx, intr.Intake().HandleBatch)
 		})); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,6 @@
 // Package policy holds Lifeboat's admission decisions as pure functions: whether a workload or
-// Pod is protected (DESIGN.md "Policy"), which tier it gets, what a protected Pod must look like
-// (DESIGN.md "Tiers") and what a protected workload is missing. Nothing here talks to the API;
+// Pod is protected (docs/ARCHITECTURE.md "Policy"), which tier it gets, what a protected Pod must look like
+// (docs/ARCHITECTURE.md "Tiers") and what a protected workload is missing. Nothing here talks to the API;
 // the webhooks fetch state from informer caches, call these functions and write the answer.
 package policy
 
@@ -52,7 +52,7 @@ type Config struct {
 	PendingHold time.Duration
 }
 
-// DefaultConfig is the configuration DESIGN.md describes.
+// DefaultConfig is the configuration docs/ARCHITECTURE.md describes.
 func DefaultConfig() Config {
 	return Config{
 		PriorityClasses: DefaultPriorityClasses(),

@@ -76,6 +76,33 @@ func EvictionHold(pod *corev1.Pod, node *corev1.Node, now time.Time, pending tim
 		"Lifeboat is preparing a lifeboat for this Pod (node %s is interrupted); retry after %s", node.Name, until.UTC().Format(time.RFC3339))}
 }
 
+// EvictionAllowedByMetadata reports whether an eviction is let through on the Pod's metadata
+// alone, as an informer cache may hold it: a Pod Lifeboat never bridges (not protected, the
+// critical tier, not of a ReplicaSet or StatefulSet) and never annotated with a hold, or one
+// already terminating. These facts do not change during a Pod's life, so a cache's copy
+// decides as well as the API server's. A hold's annotation does change both ways (a refused
+// StatefulSet move puts it back), so an annotated Pod is never decided here.
+func EvictionAllowedByMetadata(meta metav1.ObjectMeta) (HoldVerdict, bool) {
+	if _, annotated := meta.Annotations[v1alpha1.AnnotationEvictionHold]; annotated {
+		return HoldVerdict{}, false
+	}
+	if meta.DeletionTimestamp != nil {
+		return HoldVerdict{Reason: "the Pod is terminating"}, true
+	}
+	if !Bridgeable(&corev1.Pod{ObjectMeta: meta}) {
+		return HoldVerdict{Reason: "not a Pod Lifeboat bridges"}, true
+	}
+	return HoldVerdict{}, false
+}
+
+// EvictionNeedsNode reports whether EvictionHold's verdict on pod depends on its Node: only a
+// bridgeable Pod, bound and not terminating, without the bridge's annotation. The eviction
+// webhook reads the Node only then, so an eviction of any other Pod costs one read.
+func EvictionNeedsNode(pod *corev1.Pod) bool {
+	_, annotated := pod.Annotations[v1alpha1.AnnotationEvictionHold]
+	return !annotated && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil && Bridgeable(pod)
+}
+
 // Bridgeable reports whether Lifeboat holds the Pod's eviction for a bridge: a protected Pod
 // that may use lifeboat nodes (not the critical tier) and whose controller can make its
 // replacement first — a ReplicaSet (of a Deployment: surge) or a StatefulSet (moved one at a

@@ -170,6 +170,84 @@ func TestEvictionHold(t *testing.T) {
 	}
 }
 
+func TestEvictionNeedsNode(t *testing.T) {
+	unprotected := holdPod(nil)
+	unprotected.Labels = map[string]string{"app": "api"}
+	unbound := holdPod(nil)
+	unbound.Spec.NodeName = ""
+	terminating := holdPod(nil)
+	terminating.DeletionTimestamp = &metav1.Time{Time: holdNow.Add(-time.Second)}
+	critical := holdPod(nil)
+	critical.Labels[v1alpha1.LabelTier] = string(v1alpha1.TierCritical)
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{name: "undecided protected Pod on a node", pod: holdPod(nil), want: true},
+		{name: "held", pod: holdPod(map[string]string{v1alpha1.AnnotationEvictionHold: holdNow.Add(time.Minute).Format(time.RFC3339Nano)})},
+		{name: "released", pod: holdPod(map[string]string{v1alpha1.AnnotationEvictionHold: v1alpha1.EvictionHoldReleased})},
+		{name: "unparsable hold", pod: holdPod(map[string]string{v1alpha1.AnnotationEvictionHold: "soon"})},
+		{name: "not protected", pod: unprotected},
+		{name: "critical tier", pod: critical},
+		{name: "not bound", pod: unbound},
+		{name: "terminating", pod: terminating},
+	}
+	node := drainedSpotNode(holdNow.Add(-3 * time.Second))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := EvictionNeedsNode(tt.pod); got != tt.want {
+				t.Fatalf("EvictionNeedsNode = %v, want %v", got, tt.want)
+			}
+			// The point of it: when the Node is not needed, not reading it changes nothing (an
+			// unbound Pod has no Node to read).
+			if !tt.want && tt.pod.Spec.NodeName != "" {
+				with, without := EvictionHold(tt.pod, node, holdNow, DefaultPendingHold), EvictionHold(tt.pod, nil, holdNow, DefaultPendingHold)
+				if with.Hold != without.Hold || !with.Until.Equal(without.Until) {
+					t.Errorf("verdict with the Node %+v, without %+v", with, without)
+				}
+			}
+		})
+	}
+}
+
+func TestEvictionAllowedByMetadata(t *testing.T) {
+	unprotected := holdPod(nil)
+	unprotected.Labels = map[string]string{"app": "api"}
+	critical := holdPod(nil)
+	critical.Labels[v1alpha1.LabelTier] = string(v1alpha1.TierCritical)
+	terminating := holdPod(nil)
+	terminating.DeletionTimestamp = &metav1.Time{Time: holdNow}
+	job := holdPod(nil)
+	job.OwnerReferences[0].Kind = "Job"
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		decided bool
+	}{
+		{name: "not protected", pod: unprotected, decided: true},
+		{name: "critical tier", pod: critical, decided: true},
+		{name: "a Job's Pod", pod: job, decided: true},
+		{name: "terminating", pod: terminating, decided: true},
+		{name: "bridgeable, undecided: needs the live Pod and its Node", pod: holdPod(nil)},
+		{name: "held: the annotation may have changed since", pod: holdPod(map[string]string{v1alpha1.AnnotationEvictionHold: holdNow.Add(time.Minute).Format(time.RFC3339Nano)})},
+		{name: "released: a refused move puts the hold back", pod: holdPod(map[string]string{v1alpha1.AnnotationEvictionHold: v1alpha1.EvictionHoldReleased})},
+	}
+	node := drainedSpotNode(holdNow.Add(-3 * time.Second))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, decided := EvictionAllowedByMetadata(tt.pod.ObjectMeta)
+			if decided != tt.decided {
+				t.Fatalf("decided = %v, want %v", decided, tt.decided)
+			}
+			// What the metadata decides agrees with the full decision.
+			if full := EvictionHold(tt.pod, node, holdNow, DefaultPendingHold); decided && (full.Hold || v.Hold) {
+				t.Errorf("metadata lets it through, the full decision %+v holds it", full)
+			}
+		})
+	}
+}
+
 func TestBridgeable(t *testing.T) {
 	owned := func(kind string, controller bool) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: "x", UID: "x", Controller: ptr.To(controller)}}

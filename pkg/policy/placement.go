@@ -36,7 +36,7 @@ type Placement struct {
 	PodClass *PriorityClass
 }
 
-// ApplyPlacement rewrites a protected Pod for its tier (DESIGN.md "Tiers"). It only adds to what
+// ApplyPlacement rewrites a protected Pod for its tier (docs/ARCHITECTURE.md "Tiers"). It only adds to what
 // the user wrote: capacity-type affinity is merged into the user's terms (and skipped when the
 // user already constrains karpenter.sh/capacity-type), tolerations are appended when missing,
 // a priority class the user chose is kept. Applying it twice changes nothing. It returns notes

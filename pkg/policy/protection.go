@@ -32,7 +32,7 @@ type Protection struct {
 	Warnings []string
 }
 
-// ResolveProtection applies DESIGN.md "Policy": the workload's lifeboat.dev/spot label wins,
+// ResolveProtection applies docs/ARCHITECTURE.md "Policy": the workload's lifeboat.dev/spot label wins,
 // "off" always opts out, else the namespace's label decides. Unknown values count as unset and
 // produce a warning, because a typo ("true") must not silently change protection.
 func (c Config) ResolveProtection(namespace string, namespaceLabels, workloadLabels map[string]string) Protection {
@@ -111,7 +111,7 @@ func ResolveTier(kind Kind, workloadLabels, podLabels map[string]string) (v1alph
 	return DefaultTier(kind), warnings
 }
 
-// DefaultTier is the tier of a workload kind without a tier label (DESIGN.md "Policy").
+// DefaultTier is the tier of a workload kind without a tier label (docs/ARCHITECTURE.md "Policy").
 func DefaultTier(kind Kind) v1alpha1.Tier {
 	switch kind {
 	case KindStatefulSet:

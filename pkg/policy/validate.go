@@ -122,7 +122,7 @@ type Verdict struct {
 	Warnings          []string
 }
 
-// ValidateWorkload applies DESIGN.md's validation rules. In enforce mode a protected Deployment
+// ValidateWorkload applies the validation rules of docs/ARCHITECTURE.md "Policy". In enforce mode a protected Deployment
 // or StatefulSet without a PDB is denied with a ready-to-apply PDB in the message; in warn mode
 // it is admitted with the same PDB in a warning. Everything else only warns.
 func (c Config) ValidateWorkload(in WorkloadInput) Verdict {

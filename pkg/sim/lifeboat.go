@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +18,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
 )
 
@@ -79,13 +79,13 @@ func (l *LifeboatInstaller) Install(ctx context.Context, c *localcluster.Cluster
 	}
 	go func() { <-ctx.Done(); _ = emu.Close() }()
 	l.EmulatorURL, l.QueueURL = emu.URL, queueURL
-	if err := l.startWebhook(ctx, c, runDir); err != nil {
+	if err := l.startWebhook(ctx, c, runDir, bridgeOn(s)); err != nil {
 		return nil, err
 	}
 	if err := l.startScheduler(ctx, c, runDir); err != nil {
 		return nil, err
 	}
-	if err := l.startController(ctx, c, emu, queueURL, s.Timing.Notice.Duration); err != nil {
+	if err := l.startController(ctx, c, emu, queueURL, s.Timing.Notice.Duration, bridgeOn(s)); err != nil {
 		return nil, err
 	}
 	if err := l.createWarmPool(ctx, c, s); err != nil {
@@ -117,7 +117,7 @@ func (l *LifeboatInstaller) startEmulator(c *localcluster.Cluster, s *scenario.S
 	return emu, emu.CreateQueue(emu.URL, QueueName), nil
 }
 
-func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *localcluster.Cluster, runDir string) error {
+func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *localcluster.Cluster, runDir string, bridge bool) error {
 	ports, err := localcluster.FreePorts(3)
 	if err != nil {
 		return err
@@ -135,57 +135,14 @@ func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *localcluster.Cl
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[2]),
 		"--leader-elect=false",
 		"--tls-cert-dir=" + certDir,
+		"--eviction-pending-hold=" + map[bool]string{true: policy.DefaultPendingHold.String(), false: "0s"}[bridge],
 	}, nil); err != nil {
 		return err
 	}
 	if err := c.WaitHealthy(ctx, "lifeboat-webhook", fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(filepath.Join(l.ManifestsDir, "webhook", "webhooks.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, doc := range strings.Split(string(b), "\n---") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Kind == "" {
-			continue
-		}
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := yaml.Unmarshal([]byte(doc), m); err != nil {
-				return err
-			}
-			for i := range m.Webhooks {
-				m.Webhooks[i].ClientConfig = loopbackClientConfig(m.Webhooks[i].ClientConfig, ports[0], ca)
-			}
-			if _, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("register %s: %w", m.Name, err)
-			}
-		case "ValidatingWebhookConfiguration":
-			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := yaml.Unmarshal([]byte(doc), v); err != nil {
-				return err
-			}
-			for i := range v.Webhooks {
-				v.Webhooks[i].ClientConfig = loopbackClientConfig(v.Webhooks[i].ClientConfig, ports[0], ca)
-			}
-			if _, err := c.Client().AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("register %s: %w", v.Name, err)
-			}
-		}
-	}
-	return nil
-}
-
-// loopbackClientConfig keeps the manifest's path but points at the local process.
-func loopbackClientConfig(cc admissionregistrationv1.WebhookClientConfig, port int, ca []byte) admissionregistrationv1.WebhookClientConfig {
-	path := ""
-	if cc.Service != nil && cc.Service.Path != nil {
-		path = *cc.Service.Path
-	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
-	return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
+	return localcluster.RegisterLoopbackWebhooks(ctx, c.Client(), filepath.Join(l.ManifestsDir, "webhook", "webhooks.yaml"), ports[0], ca)
 }
 
 // startScheduler runs the scheduler with manifests/scheduler/config.yaml; only
@@ -231,7 +188,7 @@ func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *localcluster.
 
 // startController runs the controller against the emulator; the bridge's notice is the
 // scenario's (a shortened notice shortens the holds), its resume timeout at most half of it.
-func (l *LifeboatInstaller) startController(ctx context.Context, c *localcluster.Cluster, emu *awsemu.Server, queueURL string, notice time.Duration) error {
+func (l *LifeboatInstaller) startController(ctx context.Context, c *localcluster.Cluster, emu *awsemu.Server, queueURL string, notice time.Duration, bridge bool) error {
 	ports, err := localcluster.FreePorts(2)
 	if err != nil {
 		return err
@@ -254,6 +211,7 @@ func (l *LifeboatInstaller) startController(ctx context.Context, c *localcluster
 		"--bridge-notice=" + notice.String(),
 		"--bridge-resume-timeout=" + min(50*time.Second, notice/2).String(),
 		"--bridge-margin=" + min(15*time.Second, notice/4).String(),
+		fmt.Sprintf("--disable-bridge=%t", !bridge),
 	}, []string{
 		"KUBECONFIG=" + c.KubeconfigPath(),
 		"AWS_ACCESS_KEY_ID=" + creds.AccessKeyID,
@@ -359,4 +317,9 @@ func instanceID(providerID string) string {
 	}
 	parts := strings.Split(providerID, "/")
 	return parts[len(parts)-1]
+}
+
+// bridgeOn: the scenario runs Lifeboat with the bridge (the default).
+func bridgeOn(s *scenario.Scenario) bool {
+	return s.WarmPool == nil || s.WarmPool.Bridge == nil || *s.WarmPool.Bridge
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/cost"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
@@ -223,22 +224,17 @@ func countKind(ms []report.Marker, kind string) int {
 	return n
 }
 
-// EBS gp3 list price, USD per GiB-month (us-east-1); a month is 730 h.
-const ebsDollarsPerGiBMonth = 0.08
-
-// hoursPerMonth is AWS's billing month.
-const hoursPerMonth = 730
-
 // costEstimate is what both protections cost, for the run and projected over a month.
 type costEstimate struct {
 	lifeboatRun, overprovisioningRun     float64
 	lifeboatMonth, overprovisioningMonth float64
 }
 
-// costs estimates both protections for the same capacity: the warm pool pays EBS while
-// hibernated plus On-Demand time while active; overprovisioning keeps the same number of nodes
-// of the pool's first type running the whole time, at the Spot price (balloons land on the
-// cheapest capacity that protected Pods may use). The monthly figures pay the pool's EBS and
+// costs estimates both protections for the same capacity with the product's cost model
+// (pkg/cost, as in a WarmPool's status.cost): the warm pool pays EBS while hibernated plus
+// On-Demand time while active; overprovisioning keeps the same number of nodes of the pool's
+// first type running the whole time at the Spot price (balloons land on the cheapest capacity
+// that protected Pods may use), with their volumes. The monthly figures pay the pool's EBS and
 // the balloons for a whole month, plus the run's active lifeboat time RunsPerMonth times.
 func costs(s *scenario.Scenario, billedByType map[string]float64) costEstimate {
 	wp := s.WarmPool
@@ -247,21 +243,21 @@ func costs(s *scenario.Scenario, billedByType map[string]float64) costEstimate {
 	}
 	size := 0
 	fmt.Sscanf(wp.Size, "%d", &size)
-	hours := s.Duration.Hours()
-	ebsPerHour := float64(size) * float64(wp.EBSGiBPerNode) * ebsDollarsPerGiBMonth / hoursPerMonth
+	prices := cost.Prices{SpotFraction: s.Cluster.SpotDiscount, EBSGiBMonth: cost.DefaultEBSGiBMonth}
+	if len(wp.InstanceTypes) > 0 {
+		prices.OnDemandHourly = onDemandPrice(s, wp.InstanceTypes[0])
+	}
+	est := cost.Of(cost.Pool{Cover: size, RootVolumeGiB: float64(wp.EBSGiBPerNode)}, prices)
 	active := 0.0
 	for t, secs := range billedByType {
 		active += onDemandPrice(s, t) * secs / 3600
 	}
-	var balloonsPerHour float64
-	if len(wp.InstanceTypes) > 0 {
-		balloonsPerHour = float64(size) * onDemandPrice(s, wp.InstanceTypes[0]) * s.Cluster.SpotDiscount
-	}
+	runShare := s.Duration.Hours() / cost.HoursPerMonth
 	return costEstimate{
-		lifeboatRun:           ebsPerHour*hours + active,
-		overprovisioningRun:   balloonsPerHour * hours,
-		lifeboatMonth:         ebsPerHour*hoursPerMonth + s.Cost.RunsPerMonth*active,
-		overprovisioningMonth: balloonsPerHour * hoursPerMonth,
+		lifeboatRun:           est.WarmPoolMonthly*runShare + active,
+		overprovisioningRun:   est.OverprovisioningMonthly * runShare,
+		lifeboatMonth:         est.WarmPoolMonthly + s.Cost.RunsPerMonth*active,
+		overprovisioningMonth: est.OverprovisioningMonthly,
 	}
 }
 

@@ -33,7 +33,6 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
-	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
@@ -76,16 +75,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 }
 
 func newWithClock(ctx context.Context, obj runtime.Object, h fwk.Handle, clk clock.PassiveClock) (*CapacityPoolSpread, error) {
-	internal, err := scheme.ArgsToInternal(obj, &configv1.CapacityPoolSpreadArgs{})
+	args, err := scheme.DecodeArgs(Name, obj, &configv1.CapacityPoolSpreadArgs{}, validation.ValidateCapacityPoolSpreadArgs)
 	if err != nil {
-		return nil, fmt.Errorf("%s args: %w", Name, err)
-	}
-	args, ok := internal.(*config.CapacityPoolSpreadArgs)
-	if !ok {
-		return nil, fmt.Errorf("%s args: want CapacityPoolSpreadArgs, got %T", Name, internal)
-	}
-	if err := validation.ValidateCapacityPoolSpreadArgs(nil, args); err != nil {
-		return nil, fmt.Errorf("invalid %s args: %w", Name, err)
+		return nil, err
 	}
 	pl := &CapacityPoolSpread{
 		replicas:       newReplicaIndex(),

@@ -35,7 +35,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
@@ -65,8 +64,16 @@ type LifeboatPlacement struct {
 	enablePodLevelResources        bool
 	enableTaintComparisonOperators bool
 	// poolNodes are the names of all warm-pool nodes (informer-backed).
-	poolNodes       *poolNodeIndex
-	poolNodesSynced cache.InformerSynced
+	poolNodes *poolNodeIndex
+	// nodeIndexesSynced reports whether poolNodes and reclaimed have seen the informer's list.
+	nodeIndexesSynced cache.InformerSynced
+	// reclaimed are the Spot nodes under interruption by capacity pool (informer-backed), and
+	// reclaimedPoolWait how long after a lifeboat's start request a protected Pod may wait for
+	// it instead of those pools' other nodes (reclaim.go); afterFunc schedules the retry.
+	reclaimed         *reclaimedPools
+	waitSeats         *waitSeats
+	reclaimedPoolWait time.Duration
+	afterFunc         func(time.Duration, func())
 	// replicaSets and nodes: to recognise Pods of a handoff surge (see surging).
 	replicaSets appslisters.ReplicaSetLister
 	nodes       corelisters.NodeLister
@@ -88,16 +95,9 @@ var (
 // New decodes and validates the args, then builds the plugin and registers its index of pool
 // nodes on the scheduler's shared Node informer.
 func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	internal, err := scheme.ArgsToInternal(obj, &configv1.LifeboatPlacementArgs{})
+	args, err := scheme.DecodeArgs(Name, obj, &configv1.LifeboatPlacementArgs{}, validation.ValidateLifeboatPlacementArgs)
 	if err != nil {
-		return nil, fmt.Errorf("%s args: %w", Name, err)
-	}
-	args, ok := internal.(*config.LifeboatPlacementArgs)
-	if !ok {
-		return nil, fmt.Errorf("%s args: want LifeboatPlacementArgs, got %T", Name, internal)
-	}
-	if err := validation.ValidateLifeboatPlacementArgs(nil, args); err != nil {
-		return nil, fmt.Errorf("invalid %s args: %w", Name, err)
+		return nil, err
 	}
 	if h == nil || h.SharedInformerFactory() == nil {
 		return nil, fmt.Errorf("%s needs a framework handle with a shared informer factory", Name)
@@ -110,13 +110,22 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		enablePodLevelResources:        fts.EnablePodLevelResources,
 		enableTaintComparisonOperators: fts.EnableTaintTolerationComparisonOperators,
 		poolNodes:                      newPoolNodeIndex(),
+		reclaimed:                      newReclaimedPools(),
+		waitSeats:                      newWaitSeats(),
+		reclaimedPoolWait:              args.ReclaimedPoolWait.Duration,
+		afterFunc:                      func(d time.Duration, f func()) { time.AfterFunc(d, f) },
 		widen:                          map[types.UID]time.Time{},
 	}
-	reg, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(pl.poolNodes.eventHandler())
+	nodeInformer := h.SharedInformerFactory().Core().V1().Nodes().Informer()
+	pools, err := nodeInformer.AddEventHandler(pl.poolNodes.eventHandler())
 	if err != nil {
 		return nil, fmt.Errorf("%s: watch nodes: %w", Name, err)
 	}
-	pl.poolNodesSynced = reg.HasSynced
+	reclaimed, err := nodeInformer.AddEventHandler(pl.reclaimed.eventHandler())
+	if err != nil {
+		return nil, fmt.Errorf("%s: watch nodes: %w", Name, err)
+	}
+	pl.nodeIndexesSynced = func() bool { return pools.HasSynced() && reclaimed.HasSynced() }
 	// Registered here so that the scheduler starts the ReplicaSet informer with the others
 	// (system:kube-scheduler may list and watch ReplicaSets).
 	rs := h.SharedInformerFactory().Apps().V1().ReplicaSets()
@@ -165,11 +174,16 @@ func (pl *LifeboatPlacement) rejection(node *v1.Node) string {
 	return ""
 }
 
-// Filter rejects interrupted nodes and pool nodes that are not active. Both are unresolvable
-// by preemption.
-func (pl *LifeboatPlacement) Filter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+// Filter rejects interrupted nodes and pool nodes that are not active, and — in a cycle in
+// which the Pod waits for a resuming lifeboat node — the nodes of Spot pools being reclaimed.
+// All are unresolvable by preemption.
+func (pl *LifeboatPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	node := nodeInfo.Node()
-	if reason := pl.rejection(node); reason != "" {
+	reason := pl.rejection(node)
+	if reason == "" && keptOff(state, node) {
+		reason = ErrReasonPoolBeingReclaimed
+	}
+	if reason != "" {
 		klog.FromContext(ctx).V(4).Info("node is no lifeboat placement target", "node", klog.KObj(node), "pod", klog.KObj(pod), "reason", reason)
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
@@ -177,10 +191,11 @@ func (pl *LifeboatPlacement) Filter(ctx context.Context, _ fwk.CycleState, pod *
 }
 
 // EventsToRegister requeues a rejected Pod the moment a node turns into a target: a pool node
-// labelled active, an interruption taint removed, or a new node.
+// labelled active, an interruption taint removed, a new node, or a resuming lifeboat node seen
+// Ready (the annotation lifeboat.dev/resumed-ready-at; a Pod may be waiting for it).
 func (pl *LifeboatPlacement) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 	}, nil
 }
 
@@ -192,6 +207,11 @@ func (pl *LifeboatPlacement) isSchedulableAfterNodeChange(logger klog.Logger, po
 	wasRejected := original == nil || pl.rejection(original) != ""
 	if wasRejected && pl.rejection(modified) == "" {
 		logger.V(5).Info("node became a lifeboat placement target", "pod", klog.KObj(pod), "node", klog.KObj(modified))
+		return fwk.Queue, nil
+	}
+	if original != nil && IsActivePoolNode(modified) && original.Annotations[v1alpha1.AnnotationResumedReadyAt] == "" &&
+		modified.Annotations[v1alpha1.AnnotationResumedReadyAt] != "" {
+		logger.V(5).Info("resuming lifeboat node is Ready", "pod", klog.KObj(pod), "node", klog.KObj(modified))
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

@@ -104,8 +104,8 @@ func newTestFramework(t testing.TB, args runtime.Object, nodes []*v1.Node, pods 
 		close(stop)
 		factory.Shutdown()
 	})
-	if !toolscache.WaitForCacheSync(stop, tfw.plugin.poolNodesSynced) {
-		t.Fatal("pool node index never synced")
+	if !toolscache.WaitForCacheSync(stop, tfw.plugin.nodeIndexesSynced) {
+		t.Fatal("node indexes never synced")
 	}
 	return tfw
 }

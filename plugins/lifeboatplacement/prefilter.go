@@ -76,28 +76,7 @@ func (x *poolNodeIndex) each(fn func(name string)) {
 
 // eventHandler keeps the index in step with the Node informer.
 func (x *poolNodeIndex) eventHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if node, ok := obj.(*v1.Node); ok {
-				x.set(node)
-			}
-		},
-		UpdateFunc: func(_, obj interface{}) {
-			if node, ok := obj.(*v1.Node); ok {
-				x.set(node)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			switch t := obj.(type) {
-			case *v1.Node:
-				x.delete(t.Name)
-			case cache.DeletedFinalStateUnknown:
-				if node, ok := t.Obj.(*v1.Node); ok {
-					x.delete(node.Name)
-				}
-			}
-		},
-	}
+	return nodeEventHandler(x.set, x.delete)
 }
 
 // podNeeds is what a lifeboat node must offer the Pod, computed once per PreFilter.
@@ -125,22 +104,26 @@ func (pl *LifeboatPlacement) needsOf(pod *v1.Pod) *podNeeds {
 // nodeSelector, and free allocatable (pod count, CPU, memory, ephemeral storage, extended
 // resources) against the Pod's requests. Filters it does not mirror (host ports, inter-Pod
 // affinity, topology spread, volumes, DRA) are covered by PostFilter's fallback.
+//
+// When it does not narrow, it decides whether the Pod waits for a resuming lifeboat node
+// instead of the nodes of Spot pools being reclaimed (reclaim.go); Filter reads the decision.
 func (pl *LifeboatPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !isProtected(pod) {
 		return nil, nil
 	}
 	logger := klog.FromContext(ctx)
+	needs := pl.needsOf(pod)
 	if pl.takeWidenMark(pod.UID) {
 		logger.V(4).Info("narrowing to lifeboat nodes failed last time, evaluating all nodes", "pod", klog.KObj(pod))
-		return nil, nil
+	} else if targets := pl.lifeboatNodesThatCanTake(logger, needs); len(targets) > 0 {
+		state.Write(narrowedStateKey, &narrowedState{nodes: targets})
+		logger.V(5).Info("narrowing to active lifeboat nodes that can take the pod", "pod", klog.KObj(pod), "nodes", len(targets))
+		return &fwk.PreFilterResult{NodeNames: targets}, nil
 	}
-	targets := pl.lifeboatNodesThatCanTake(logger, pl.needsOf(pod))
-	if len(targets) == 0 {
-		return nil, nil
+	if w := pl.decideReclaimWait(logger, needs); w != nil {
+		state.Write(reclaimWaitStateKey, w)
 	}
-	state.Write(narrowedStateKey, &narrowedState{nodes: targets})
-	logger.V(5).Info("narrowing to active lifeboat nodes that can take the pod", "pod", klog.KObj(pod), "nodes", len(targets))
-	return &fwk.PreFilterResult{NodeNames: targets}, nil
+	return nil, nil
 }
 
 // PreFilterExtensions returns nil: PreFilter keeps no state that nominated Pods change.
@@ -180,8 +163,8 @@ func (pl *LifeboatPlacement) canTake(logger klog.Logger, needs *podNeeds, ni fwk
 }
 
 // protectedPodPassesTaints is LifeboatTaints' rule for a protected Pod with the keys of
-// DESIGN.md: the lifeboat taint passes, the standby taint never does, every other
-// NoSchedule/NoExecute taint needs a toleration.
+// docs/ARCHITECTURE.md "Nodes of the warm pool": the lifeboat taint passes, the standby taint
+// never does, every other NoSchedule/NoExecute taint needs a toleration.
 func (pl *LifeboatPlacement) protectedPodPassesTaints(logger klog.Logger, pod *v1.Pod, taints []v1.Taint) bool {
 	for i := range taints {
 		t := &taints[i]
@@ -239,17 +222,22 @@ func fitsRequests(req *framework.Resource, ni fwk.NodeInfo) bool {
 // narrowed or not): the surge is an over-count while its twin on the lifeboat node still
 // serves, and the Pods it would preempt — best-effort Jobs, typically — would lose their
 // progress and grow their Job's back-off. It waits for capacity; Karpenter provisions for it.
+// Nor does a Pod that waits for a resuming lifeboat node (reclaim.go); it is requeued when the
+// wait ends.
 func (pl *LifeboatPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	_, err := state.Read(narrowedStateKey)
 	narrowed := err == nil
+	logger := klog.FromContext(ctx)
 	if !narrowed {
+		if pl.retryAfterWait(logger, state, pod) {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonPoolBeingReclaimed)
+		}
 		if pl.surging(pod) {
-			klog.FromContext(ctx).V(3).Info("handoff surge pod: no preemption", "pod", klog.KObj(pod))
+			logger.V(3).Info("handoff surge pod: no preemption", "pod", klog.KObj(pod))
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonSurgeNoPreemption)
 		}
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	logger := klog.FromContext(ctx)
 	logger.V(3).Info("no active lifeboat node could take the pod after all, retrying on all nodes", "pod", klog.KObj(pod))
 	pl.setWidenMark(pod.UID)
 	pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})

@@ -5,7 +5,8 @@
 //
 // Why not a toleration in the Pod spec: Karpenter counts every node a pending Pod could
 // tolerate as usable capacity. Pool nodes must stay invisible to it so that it always launches
-// replacements while evicted Pods ride on lifeboat nodes (DESIGN.md "Nodes of the warm pool").
+// replacements while evicted Pods ride on lifeboat nodes (docs/ARCHITECTURE.md "Nodes of the
+// warm pool").
 package lifeboattaints
 
 import (
@@ -24,7 +25,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/util"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
@@ -59,16 +59,9 @@ var (
 
 // New decodes and validates the args, then builds the plugin.
 func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
-	internal, err := scheme.ArgsToInternal(obj, &configv1.LifeboatTaintsArgs{})
+	args, err := scheme.DecodeArgs(Name, obj, &configv1.LifeboatTaintsArgs{}, validation.ValidateLifeboatTaintsArgs)
 	if err != nil {
-		return nil, fmt.Errorf("%s args: %w", Name, err)
-	}
-	args, ok := internal.(*config.LifeboatTaintsArgs)
-	if !ok {
-		return nil, fmt.Errorf("%s args: want LifeboatTaintsArgs, got %T", Name, internal)
-	}
-	if err := validation.ValidateLifeboatTaintsArgs(nil, args); err != nil {
-		return nil, fmt.Errorf("invalid %s args: %w", Name, err)
+		return nil, err
 	}
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	return &LifeboatTaints{

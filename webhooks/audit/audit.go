@@ -75,8 +75,10 @@ type Auditor struct {
 	Interval time.Duration
 }
 
-// NeedLeaderElection: one replica audits, the others would only repeat its Events.
-func (a *Auditor) NeedLeaderElection() bool { return true }
+// NeedLeaderElection is false: one replica audits (the others would only repeat its Events),
+// but lifeboat-webhook elects it with an elect.Campaign, which survives a lost lease, not with
+// the manager's election, which would exit the process.
+func (a *Auditor) NeedLeaderElection() bool { return false }
 
 // Start audits now and every Interval until ctx ends.
 func (a *Auditor) Start(ctx context.Context) error {

@@ -34,10 +34,17 @@ const Path = "/validate-evictions"
 
 // Holder is the eviction webhook.
 type Holder struct {
-	// Reader gets the Pod and its Node. It must read the API server, not a cache: a hold the
-	// bridge controller wrote a moment ago must be seen (evictions are rare; two GETs each).
+	// Reader gets the Pod and, when the verdict depends on it (policy.EvictionNeedsNode), its
+	// Node. It must read the API server, not a cache: a hold the bridge controller wrote a
+	// moment ago must be seen. A drain of many nodes evicts at up to Karpenter's 100 per second
+	// and retries held Pods, so the reader's client-side rate limit must allow for that
+	// (lifeboat-webhook --kube-api-qps).
 	Reader client.Reader
-	Clock  clock.PassiveClock
+	// Metadata, when set, is an informer cache of Pods' metadata: an eviction it decides alone
+	// (policy.EvictionAllowedByMetadata: most Pods of a drained node are never bridged) costs
+	// no read of the API server. Every other eviction is decided on Reader's copies.
+	Metadata client.Reader
+	Clock    clock.PassiveClock
 	// Pending bounds the hold of a Pod Lifeboat has not decided about (policy.DefaultPendingHold);
 	// 0 disables that hold.
 	Pending time.Duration
@@ -59,6 +66,16 @@ func (h *Holder) Handle(ctx context.Context, req admission.Request) admission.Re
 		return admission.Allowed("namespace is never touched by Lifeboat")
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(req.Namespace, req.Name))
+	if h.Metadata != nil {
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+		if err := h.Metadata.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, meta); err == nil {
+			if v, ok := policy.EvictionAllowedByMetadata(meta.ObjectMeta); ok {
+				logger.V(4).Info("Eviction allowed", "reason", v.Reason, "from", "cache")
+				return admission.Allowed(v.Reason)
+			}
+		}
+	}
 	pod := &corev1.Pod{}
 	if err := h.Reader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -68,7 +85,7 @@ func (h *Holder) Handle(ctx context.Context, req admission.Request) admission.Re
 		return failOpen(err)
 	}
 	var node *corev1.Node
-	if pod.Spec.NodeName != "" {
+	if policy.EvictionNeedsNode(pod) {
 		node = &corev1.Node{}
 		if err := h.Reader.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
 			if !apierrors.IsNotFound(err) {

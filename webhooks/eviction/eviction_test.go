@@ -191,6 +191,81 @@ func TestHandleFailsOpen(t *testing.T) {
 	}
 }
 
+// TestHandleReadsTheNodeOnlyWhenNeeded: a drain of many nodes sends every eviction through
+// this webhook, most of them for Pods Lifeboat never holds; those cost one read, not two.
+func TestHandleReadsTheNodeOnlyWhenNeeded(t *testing.T) {
+	spot := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Labels: map[string]string{v1alpha1.LabelCapacityType: "spot"},
+		DeletionTimestamp: &metav1.Time{Time: now.Add(-time.Second)}, Finalizers: []string{"karpenter.sh/termination"}}}
+	unprotected := protectedPod("unprotected", "spot-1", nil)
+	unprotected.Labels = map[string]string{"app": "batch"}
+	nodeReads := 0
+	h := newHolder(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, isNode := obj.(*corev1.Node); isNode {
+			nodeReads++
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, spot, unprotected,
+		protectedPod("held", "spot-1", map[string]string{v1alpha1.AnnotationEvictionHold: now.Add(30 * time.Second).Format(time.RFC3339Nano)}),
+		protectedPod("pending", "spot-1", nil))
+	for _, tt := range []struct {
+		pod       string
+		allowed   bool
+		nodeReads int
+	}{
+		{pod: "unprotected", allowed: true, nodeReads: 0},
+		{pod: "held", allowed: false, nodeReads: 0},
+		{pod: "pending", allowed: false, nodeReads: 1},
+	} {
+		nodeReads = 0
+		resp := h.Handle(context.Background(), evictionRequest("app", tt.pod))
+		if resp.Allowed != tt.allowed || nodeReads != tt.nodeReads {
+			t.Errorf("%s: allowed %v after %d Node reads, want %v after %d", tt.pod, resp.Allowed, nodeReads, tt.allowed, tt.nodeReads)
+		}
+	}
+}
+
+// TestHandleDecidesFromTheMetadataCache: with a Pod metadata cache, an eviction of a Pod
+// Lifeboat never bridges reads nothing from the API server; an annotated or bridgeable Pod is
+// still read live (a hold's annotation changes both ways); a cache miss falls back to a read.
+func TestHandleDecidesFromTheMetadataCache(t *testing.T) {
+	spot := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Labels: map[string]string{v1alpha1.LabelCapacityType: "spot"},
+		DeletionTimestamp: &metav1.Time{Time: now.Add(-time.Second)}, Finalizers: []string{"karpenter.sh/termination"}}}
+	unprotected := protectedPod("unprotected", "spot-1", nil)
+	unprotected.Labels = map[string]string{"app": "batch"}
+	critical := protectedPod("critical", "spot-1", nil)
+	critical.Labels[v1alpha1.LabelTier] = string(v1alpha1.TierCritical)
+	held := protectedPod("held", "spot-1", map[string]string{v1alpha1.AnnotationEvictionHold: now.Add(30 * time.Second).Format(time.RFC3339Nano)})
+	cached := []client.Object{spot, unprotected, critical, held, protectedPod("pending", "spot-1", nil)}
+	fresh := protectedPod("fresh", "spot-1", nil) // created after the cache's last update
+	fresh.Labels = map[string]string{"app": "batch"}
+
+	reads := 0
+	h := newHolder(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		reads++
+		return c.Get(ctx, key, obj, opts...)
+	}}, append(cached, fresh)...)
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	h.Metadata = fake.NewClientBuilder().WithScheme(s).WithObjects(cached...).Build()
+	for _, tt := range []struct {
+		pod     string
+		allowed bool
+		reads   int
+	}{
+		{pod: "unprotected", allowed: true, reads: 0},
+		{pod: "critical", allowed: true, reads: 0},
+		{pod: "held", allowed: false, reads: 1},
+		{pod: "pending", allowed: false, reads: 2},
+		{pod: "fresh", allowed: true, reads: 1},
+	} {
+		reads = 0
+		resp := h.Handle(context.Background(), evictionRequest("app", tt.pod))
+		if resp.Allowed != tt.allowed || reads != tt.reads {
+			t.Errorf("%s: allowed %v after %d API reads, want %v after %d", tt.pod, resp.Allowed, reads, tt.allowed, tt.reads)
+		}
+	}
+}
+
 func TestHeld(t *testing.T) {
 	resp := Held("wait")
 	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests ||

@@ -1,6 +1,6 @@
 // Package pod is the mutating webhook on Pod CREATE: it writes a protected Pod's tier placement
-// (DESIGN.md "Tiers") as a JSON patch. It fails open: when it cannot decide, the Pod is admitted
-// unchanged with a warning, and the audit reports it.
+// (docs/ARCHITECTURE.md "Tiers") as a JSON patch. It fails open: when it cannot decide, the Pod
+// is admitted unchanged with a warning, and the audit reports it.
 package pod
 
 import (

@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/version"
-	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/component"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
@@ -28,6 +26,7 @@ const (
 // Options are the flags of lifeboat-webhook.
 type Options struct {
 	Kubeconfig string
+	APIClient  component.APIClient
 
 	BindAddress string
 	Port        int
@@ -59,14 +58,16 @@ type Options struct {
 	DisableHTTP2   bool
 	RequestTimeout time.Duration
 
-	Logs        *logsapi.LoggingConfiguration
-	featureGate featuregate.MutableVersionedFeatureGate
+	Logging component.Logging
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	o := &Options{
-		Port:             9443,
+		Port: 9443,
+		// Every eviction in the cluster is one or two live reads (webhooks/eviction), at up to
+		// Karpenter's 100 evictions per second plus its retries of held Pods.
+		APIClient:        component.APIClient{QPS: 200, Burst: 400},
 		TLSSecret:        v1alpha1.DefaultNamespace + "/" + DefaultSecret,
 		DNSNames:         []string{DefaultService + "." + v1alpha1.DefaultNamespace + ".svc"},
 		MutatingConfig:   DefaultMutatingConfig,
@@ -83,14 +84,10 @@ func NewOptions() *Options {
 		LeaderElect:      true,
 		ShutdownDelay:    5 * time.Second,
 		RequestTimeout:   2 * time.Second,
-		Logs:             logsapi.NewLoggingConfiguration(),
-		featureGate:      featuregate.NewVersionedFeatureGate(version.MustParse("1.36")),
+		Logging:          component.NewLogging(),
 	}
 	for t, c := range policy.DefaultPriorityClasses() {
 		o.TierClasses[string(t)] = c
-	}
-	if err := logsapi.AddFeatureGates(o.featureGate); err != nil {
-		panic(err)
 	}
 	return o
 }
@@ -98,6 +95,7 @@ func NewOptions() *Options {
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; in-cluster configuration when empty.")
+	o.APIClient.AddFlags(fs, "every eviction in the cluster is one or two live reads; a drain of many nodes evicts at up to Karpenter's 100 per second")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the webhook server listens on (all addresses when empty).")
 	fs.IntVar(&o.Port, "port", o.Port, "Port of the webhook server.")
 	fs.StringVar(&o.CertDir, "tls-cert-dir", o.CertDir, "Directory with tls.crt and tls.key, reloaded when they change. With --self-managed-tls the webhook writes them there (a temporary directory when empty).")
@@ -120,8 +118,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "On SIGTERM, report not-ready and keep serving this long before closing, so the Service stops routing here first.")
 	fs.BoolVar(&o.DisableHTTP2, "disable-http2", o.DisableHTTP2, "Serve HTTP/1.1 only. HTTP/2 (the default) lets the apiserver multiplex admission calls over one connection; with HTTP/1.1 bursts of Pod creations open new TLS connections (see docs/benchmarks/webhook.md). Go's HTTP/2 server bounds rapid resets (CVE-2023-44487).")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound on the time spent deciding one admission request (the configurations' timeoutSeconds is the outer bound).")
-	logsapi.AddFlags(o.Logs, fs)
-	o.featureGate.AddFlag(fs)
 }
 
 // Policy turns the flags into the policy configuration and validates it.
@@ -156,6 +152,9 @@ func (o *Options) Validate() error {
 		if len(o.DNSNames) == 0 {
 			errs = append(errs, "--tls-dns-names is empty")
 		}
+	}
+	if err := o.APIClient.Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if o.RequestTimeout <= 0 {
 		errs = append(errs, "--request-timeout must be positive")

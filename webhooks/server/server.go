@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -21,21 +19,23 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/component"
+	"github.com/lifeboat-k8s/lifeboat/pkg/elect"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/audit"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/eviction"
@@ -45,26 +45,21 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/webhooks/workload"
 )
 
+// AuditLease is the Lease (in --namespace) of the replica that runs the audit.
+const AuditLease = "lifeboat-webhook-audit"
+
 // NewCommand is lifeboat-webhook's command line.
 func NewCommand() *cobra.Command {
 	o := NewOptions()
-	cmd := &cobra.Command{
+	return component.New(component.Command{
 		Use:   "lifeboat-webhook",
 		Short: "Lifeboat's admission webhooks: protect Pods of Spot workloads, require PodDisruptionBudgets",
 		Long: "lifeboat-webhook mutates Pods of protected workloads for their placement tier and validates protected\n" +
 			"Deployments, StatefulSets, Jobs and CronJobs. See docs/POLICY.md.",
-		SilenceUsage: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := logsapi.ValidateAndApply(o.Logs, o.featureGate); err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return Run(ctx, o)
-		},
-	}
-	o.AddFlags(cmd.Flags())
-	return cmd
+		Logging:  o.Logging,
+		AddFlags: o.AddFlags,
+		Run:      func(ctx context.Context) error { return Run(ctx, o) },
+	})
 }
 
 // Handlers returns the three webhooks' HTTP handlers by path, instrumented and bounded in time.
@@ -80,7 +75,7 @@ func Handlers(cfg policy.Config, cluster *state.Cluster, timeout time.Duration) 
 	return map[string]http.Handler{
 		pod.Path:      metrics.HTTP("pods", hook(&pod.Mutator{Config: cfg, Cluster: cluster})),
 		workload.Path: metrics.HTTP("workloads", hook(&workload.Validator{Config: cfg, Cluster: cluster})),
-		eviction.Path: metrics.HTTP("evictions", hook(&eviction.Holder{Reader: live, Clock: clock.RealClock{}, Pending: cfg.PendingHold, Exempt: cfg.Exempt})),
+		eviction.Path: metrics.HTTP("evictions", hook(&eviction.Holder{Reader: live, Metadata: cluster.PodMetadata, Clock: clock.RealClock{}, Pending: cfg.PendingHold, Exempt: cfg.Exempt})),
 	}
 }
 
@@ -119,153 +114,45 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	restConfig = rest.CopyConfig(restConfig)
 	restConfig.UserAgent = "lifeboat-webhook"
+	o.APIClient.Apply(restConfig)
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-
-	var secretKey types.NamespacedName
-	cacheOpts := cache.Options{}
-	if o.SelfManagedTLS {
-		ns, name, _ := strings.Cut(o.TLSSecret, "/")
-		secretKey = types.NamespacedName{Namespace: ns, Name: name}
-		// The only Secret the webhook may read: cache exactly that one.
-		cacheOpts.ByObject = map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {
-				Namespaces: map[string]cache.Config{ns: {}},
-				Field:      fields.OneTermEqualSelector("metadata.name", name),
-			},
-		}
-	}
-
-	var certs *secretCerts
-	tlsOpts := []func(*tls.Config){func(c *tls.Config) {
-		c.MinVersion = tls.VersionTLS12
-		if o.DisableHTTP2 {
-			c.NextProtos = []string{"http/1.1"}
-		}
-	}}
 	certDir := o.CertDir
-	if o.SelfManagedTLS {
-		if certDir == "" {
-			if certDir, err = os.MkdirTemp("", "lifeboat-webhook-certs-"); err != nil {
-				return err
-			}
-			defer os.RemoveAll(certDir)
+	if o.SelfManagedTLS && certDir == "" {
+		if certDir, err = os.MkdirTemp("", "lifeboat-webhook-certs-"); err != nil {
+			return err
 		}
-		certs = &secretCerts{key: secretKey, dir: certDir, poll: 2 * time.Second}
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
+		defer os.RemoveAll(certDir)
 	}
-
-	gracefulTimeout := 30 * time.Second
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                  scheme,
-		Logger:                  logger,
-		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
-		HealthProbeBindAddress:  o.HealthAddress,
-		PprofBindAddress:        o.PprofAddress,
-		LeaderElection:          o.LeaderElect && o.AuditInterval > 0,
-		LeaderElectionID:        "lifeboat-webhook-audit",
-		LeaderElectionNamespace: o.Namespace,
-		// Hand the audit over quickly on rollouts.
-		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       &gracefulTimeout,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: o.BindAddress, Port: o.Port, CertDir: certDir, TLSOpts: tlsOpts,
-		}),
-	})
+	mgr, certs, err := newManager(restConfig, o, certDir, logger)
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
+		return err
 	}
 
 	// Register the informers before the manager starts so that they sync at startup, not on the
 	// first admission request.
-	watched := append(state.MetadataObjects(), &policyv1.PodDisruptionBudget{}, &schedulingv1.PriorityClass{})
+	watched := append(state.MetadataObjects(), state.PodMetadataObject(), &policyv1.PodDisruptionBudget{}, &schedulingv1.PriorityClass{})
 	for _, obj := range watched {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
-	cluster := &state.Cluster{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}
+	cluster := &state.Cluster{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), PodMetadata: mgr.GetCache()}
 	for path, h := range Handlers(cfg, cluster, o.RequestTimeout) {
 		mgr.GetWebhookServer().Register(path, h)
 	}
 
 	var rotatorReady chan struct{}
 	if o.SelfManagedTLS {
-		rotatorReady = make(chan struct{})
-		certs.reader = mgr.GetCache()
-		if err := mgr.Add(certs); err != nil {
-			return err
-		}
-		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:      secretKey,
-			CertDir:        certDir,
-			CAName:         "lifeboat-webhook-ca",
-			CAOrganization: "lifeboat",
-			DNSName:        o.DNSNames[0],
-			ExtraDNSNames:  o.DNSNames[1:],
-			IsReady:        rotatorReady,
-			Webhooks: []rotator.WebhookInfo{
-				{Name: o.MutatingConfig, Type: rotator.Mutating},
-				{Name: o.ValidatingConfig, Type: rotator.Validating},
-			},
-			FieldOwner:     "lifeboat-webhook",
-			ControllerName: "lifeboat-webhook-cert-rotator",
-		}); err != nil {
-			return fmt.Errorf("set up certificate rotation: %w", err)
-		}
-	}
-
-	if o.AuditInterval > 0 {
-		if err := mgr.Add(&audit.Auditor{
-			Config: cfg, Cluster: cluster, Lister: mgr.GetAPIReader(),
-			Recorder: mgr.GetEventRecorder("lifeboat-webhook"), Interval: o.AuditInterval,
-		}); err != nil {
+		if rotatorReady, err = addCertRotation(mgr, o, certs, certDir); err != nil {
 			return err
 		}
 	}
-
-	var draining atomic.Bool
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	if err := addAudit(mgr, o, cfg, cluster, restConfig); err != nil {
 		return err
 	}
-	readyChecks := map[string]healthz.Checker{
-		"webhook-server": mgr.GetWebhookServer().StartedChecker(),
-		"informers": func(*http.Request) error {
-			syncCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			defer cancel()
-			if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-				return errors.New("informer caches have not synced")
-			}
-			return nil
-		},
-		"shutdown": func(*http.Request) error {
-			if draining.Load() {
-				return errors.New("shutting down")
-			}
-			return nil
-		},
-	}
-	if o.SelfManagedTLS {
-		readyChecks["certificates"] = func(*http.Request) error {
-			select {
-			case <-rotatorReady:
-			default:
-				return errors.New("the CA bundle is not injected into the webhook configurations yet")
-			}
-			if !certs.Ready() {
-				return errors.New("the serving certificate is not loaded yet")
-			}
-			return nil
-		}
-	}
-	for name, check := range readyChecks {
-		if err := mgr.AddReadyzCheck(name, check); err != nil {
-			return err
-		}
+	var draining atomic.Bool
+	if err := addHealthChecks(ctx, mgr, certs, rotatorReady, &draining); err != nil {
+		return err
 	}
 
 	mgrCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -286,5 +173,147 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("webhook manager: %w", err)
 	}
 	logger.Info("Stopped")
+	return nil
+}
+
+// newManager builds the manager: caches (with self-managed TLS, exactly one Secret), metrics,
+// probes and the webhook server. certs is nil without self-managed TLS.
+func newManager(restConfig *rest.Config, o *Options, certDir string, logger klog.Logger) (manager.Manager, *secretCerts, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	// Pods' metadata is cached (webhooks/eviction): without managed fields, a few hundred
+	// bytes per Pod.
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) {
+		c.MinVersion = tls.VersionTLS12
+		if o.DisableHTTP2 {
+			c.NextProtos = []string{"http/1.1"}
+		}
+	}}
+	var certs *secretCerts
+	if o.SelfManagedTLS {
+		ns, name, _ := strings.Cut(o.TLSSecret, "/")
+		// The only Secret the webhook may read: cache exactly that one.
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {
+				Namespaces: map[string]cache.Config{ns: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", name),
+			},
+		}
+		certs = &secretCerts{key: types.NamespacedName{Namespace: ns, Name: name}, dir: certDir, poll: 2 * time.Second}
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
+	}
+	gracefulTimeout := 30 * time.Second
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 logger,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress: o.HealthAddress,
+		PprofBindAddress:       o.PprofAddress,
+		// No manager-level election: it would exit the process on a lost lease, taking an
+		// admission replica down with the audit. The audit campaigns on its own (addAudit).
+		GracefulShutdownTimeout: &gracefulTimeout,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: o.BindAddress, Port: o.Port, CertDir: certDir, TLSOpts: tlsOpts,
+		}),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create manager: %w", err)
+	}
+	return mgr, certs, nil
+}
+
+// addCertRotation generates and rotates the CA and serving certificate in the Secret and
+// injects the CA bundle into the webhook configurations; the channel closes once it has.
+func addCertRotation(mgr manager.Manager, o *Options, certs *secretCerts, certDir string) (chan struct{}, error) {
+	ready := make(chan struct{})
+	certs.reader = mgr.GetCache()
+	if err := mgr.Add(certs); err != nil {
+		return nil, err
+	}
+	if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      certs.key,
+		CertDir:        certDir,
+		CAName:         "lifeboat-webhook-ca",
+		CAOrganization: "lifeboat",
+		DNSName:        o.DNSNames[0],
+		ExtraDNSNames:  o.DNSNames[1:],
+		IsReady:        ready,
+		Webhooks: []rotator.WebhookInfo{
+			{Name: o.MutatingConfig, Type: rotator.Mutating},
+			{Name: o.ValidatingConfig, Type: rotator.Validating},
+		},
+		FieldOwner:     "lifeboat-webhook",
+		ControllerName: "lifeboat-webhook-cert-rotator",
+	}); err != nil {
+		return nil, fmt.Errorf("set up certificate rotation: %w", err)
+	}
+	return ready, nil
+}
+
+// addAudit runs the audit: on the replica that holds AuditLease, or with --leader-elect=false
+// on every replica.
+func addAudit(mgr manager.Manager, o *Options, cfg policy.Config, cluster *state.Cluster, restConfig *rest.Config) error {
+	if o.AuditInterval <= 0 {
+		return nil
+	}
+	auditor := &audit.Auditor{
+		Config: cfg, Cluster: cluster, Lister: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("lifeboat-webhook"), Interval: o.AuditInterval,
+	}
+	if !o.LeaderElect {
+		return mgr.Add(auditor)
+	}
+	leases, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&elect.Campaign{Leases: leases.CoordinationV1(), Namespace: o.Namespace, Name: AuditLease, Task: auditor.Start})
+}
+
+// addHealthChecks: /healthz pings; /readyz needs the server started, the caches synced, with
+// self-managed TLS the certificates in place, and no shutdown under way.
+func addHealthChecks(ctx context.Context, mgr manager.Manager, certs *secretCerts, rotatorReady chan struct{}, draining *atomic.Bool) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	checks := map[string]healthz.Checker{
+		"webhook-server": mgr.GetWebhookServer().StartedChecker(),
+		"informers": func(*http.Request) error {
+			syncCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+				return errors.New("informer caches have not synced")
+			}
+			return nil
+		},
+		"shutdown": func(*http.Request) error {
+			if draining.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		},
+	}
+	if certs != nil {
+		checks["certificates"] = func(*http.Request) error {
+			select {
+			case <-rotatorReady:
+			default:
+				return errors.New("the CA bundle is not injected into the webhook configurations yet")
+			}
+			if !certs.Ready() {
+				return errors.New("the serving certificate is not loaded yet")
+			}
+			return nil
+		}
+	}
+	for name, check := range checks {
+		if err := mgr.AddReadyzCheck(name, check); err != nil {
+			return err
+		}
+	}
 	return nil
 }

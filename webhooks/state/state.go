@@ -40,6 +40,15 @@ func MetadataObjects() []client.Object {
 	return append(out, ns)
 }
 
+// PodMetadataObject is the Pods' metadata-only informer of the eviction webhook: most
+// evictions of a drain are of Pods Lifeboat never holds, decided from it without a read of the
+// API server (policy.EvictionAllowedByMetadata).
+func PodMetadataObject() client.Object {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return m
+}
+
 func metadataObject(k policy.Kind) *metav1.PartialObjectMetadata {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(kindGVK[k])
@@ -53,6 +62,9 @@ type Cluster struct {
 	Cache client.Reader
 	// Live is read only on a cache miss; nil disables the fallback.
 	Live client.Reader
+	// PodMetadata caches Pods' metadata for the eviction webhook; nil: every eviction reads
+	// the API server.
+	PodMetadata client.Reader
 }
 
 var _ policy.MetadataLookup = &Cluster{}
@@ -94,6 +106,25 @@ func (c *Cluster) PDBs(ctx context.Context, namespace string) ([]*policyv1.PodDi
 		out[i] = &list.Items[i]
 	}
 	return out, nil
+}
+
+// LivePDBs reads the PodDisruptionBudgets of a namespace from the API server, for a verdict
+// that a PDB missing from the cache would change: a PDB applied together with its workload (one
+// `kubectl apply -f`) is created milliseconds before it and may not be cached yet. False when
+// there is no live reader.
+func (c *Cluster) LivePDBs(ctx context.Context, namespace string) ([]*policyv1.PodDisruptionBudget, bool, error) {
+	if c.Live == nil {
+		return nil, false, nil
+	}
+	var list policyv1.PodDisruptionBudgetList
+	if err := c.Live.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, false, fmt.Errorf("list PodDisruptionBudgets in %s: %w", namespace, err)
+	}
+	out := make([]*policyv1.PodDisruptionBudget, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, true, nil
 }
 
 // PriorityClass returns a PriorityClass from the cache, or nil when it does not exist. Classes

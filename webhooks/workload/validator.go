@@ -68,6 +68,17 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%w; retry shortly", err))
 	}
 	verdict := v.Config.ValidateWorkload(*in)
+	if !verdict.Allowed {
+		// Before denying, look past the cache: the PDB may have been created just before.
+		pdbs, live, err := v.Cluster.LivePDBs(ctx, in.Namespace)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("%w; retry shortly", err))
+		}
+		if live {
+			in.PDBs = pdbs
+			verdict = v.Config.ValidateWorkload(*in)
+		}
+	}
 
 	if !verdict.Allowed && req.Operation == admissionv1.Update {
 		old, _, err := decode(req.Kind, req.OldObject.Raw)

@@ -10,13 +10,16 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/internal/fixture"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
 )
 
 var (
@@ -104,6 +107,34 @@ func TestValidator(t *testing.T) {
 			}
 			if len(resp.Warnings) != tt.warnings {
 				t.Errorf("warnings = %q, want %d", resp.Warnings, tt.warnings)
+			}
+		})
+	}
+}
+
+// TestValidatorLooksPastTheCacheBeforeDenying: a PDB applied together with its Deployment (one
+// `kubectl apply -f`) may not be in the webhook's cache when the Deployment arrives; the
+// validator reads the API server before denying, and still denies when there is no PDB there
+// either.
+func TestValidatorLooksPastTheCacheBeforeDenying(t *testing.T) {
+	dep := unprotectedDeployment(fixture.Namespace)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: fixture.Namespace},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1)), Selector: dep.Spec.Selector}}
+	stale := fixture.Cluster()   // the cache: no PDB for api yet
+	live := fixture.Cluster(pdb) // the API server: the PDB was just created
+	for name, tc := range map[string]struct {
+		cluster *state.Cluster
+		allowed bool
+	}{
+		"PDB only in the API server":    {cluster: &state.Cluster{Cache: stale.Cache, Live: live.Live}, allowed: true},
+		"PDB nowhere":                   {cluster: &state.Cluster{Cache: stale.Cache, Live: stale.Live}, allowed: false},
+		"no live reader: cache decides": {cluster: &state.Cluster{Cache: stale.Cache}, allowed: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := &Validator{Config: policy.DefaultConfig(), Cluster: tc.cluster}
+			resp := v.Handle(context.Background(), fixture.Request(admissionv1.Create, dep, deploymentGVK, "deployments"))
+			if resp.Allowed != tc.allowed {
+				t.Errorf("allowed = %v, want %v: %+v", resp.Allowed, tc.allowed, resp.Result)
 			}
 		})
 	}

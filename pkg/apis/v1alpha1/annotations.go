@@ -1,8 +1,8 @@
 package v1alpha1
 
 // Annotations and labels the controller writes on Nodes and workloads to keep its state in
-// Kubernetes objects (DESIGN.md: "state lives in EC2 tags and Kubernetes objects, never only in
-// memory"). docs/WARMPOOL.md describes each.
+// Kubernetes objects, never only in memory (docs/ARCHITECTURE.md "State, restarts and failing
+// open"). docs/WARMPOOL.md describes each.
 const (
 	// LabelResumedFor on a pool Node names the interrupted Node it was resumed for. It is
 	// written (with a resourceVersion precondition) before StartInstances, so a restarted or

@@ -1,6 +1,6 @@
 // Package v1alpha1 holds Lifeboat's API: the WarmPool resource and the well-known labels, taints
 // and annotations that are the contract between the webhook, the scheduler and the controller
-// (see docs and DESIGN.md). Change a name here only with a reason written in the change.
+// (see docs and docs/ARCHITECTURE.md). Change a name here only with a reason written in the change.
 package v1alpha1
 
 const (
@@ -29,7 +29,7 @@ const (
 	PDBModeWarn    = "warn"
 )
 
-// Tier is a placement tier (DESIGN.md "Tiers").
+// Tier is a placement tier (docs/ARCHITECTURE.md "Tiers").
 type Tier string
 
 const (
@@ -83,7 +83,7 @@ const (
 	TaintKarpenterDisrupted = "karpenter.sh/disrupted"
 )
 
-// PriorityClasses of the tiers (DESIGN.md "Tiers"), shipped in manifests/webhook/priorityclasses.yaml.
+// PriorityClasses of the tiers (docs/ARCHITECTURE.md "Tiers"), shipped in manifests/webhook/priorityclasses.yaml.
 // The webhook assigns only these classes.
 const (
 	PriorityClassCritical     = "lifeboat-critical"

@@ -184,6 +184,32 @@ type WarmPoolSpec struct {
 	// Karpenter configures the NodePool check.
 	// +optional
 	Karpenter KarpenterSpec `json:"karpenter,omitempty"`
+
+	// Pricing overrides the controller's prices (--on-demand-hourly-price,
+	// --spot-price-fraction, --ebs-gib-month-price) in this pool's cost estimate (status.cost).
+	// +optional
+	Pricing *Pricing `json:"pricing,omitempty"`
+}
+
+// Pricing holds prices in US dollars, as decimal strings (the API has no floats).
+type Pricing struct {
+	// OnDemandHourly is the hourly On-Demand price of the pool's instance type (the first of
+	// instanceTypes): what a resumed pool node costs while it runs.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=16
+	// +optional
+	OnDemandHourly string `json:"onDemandHourly,omitempty"`
+	// SpotFraction is the Spot price as a fraction of OnDemandHourly: overprovisioning keeps the
+	// same cover as running Spot nodes.
+	// +kubebuilder:validation:Pattern=`^(0(\.[0-9]+)?|1(\.0+)?)$`
+	// +kubebuilder:validation:MaxLength=16
+	// +optional
+	SpotFraction string `json:"spotFraction,omitempty"`
+	// EBSGiBMonth is the price of a GiB-month of the root volumes (gp3).
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=16
+	// +optional
+	EBSGiBMonth string `json:"ebsGiBMonth,omitempty"`
 }
 
 // PrePull chooses the images pulled before a node hibernates.
@@ -249,6 +275,10 @@ type WarmPoolStatus struct {
 	// +listType=atomic
 	// +optional
 	Images []string `json:"images,omitempty"`
+	// Cost is the pool's estimated cost beside that of overprovisioning the same cover
+	// (docs/WARMPOOL.md "Cost model").
+	// +optional
+	Cost *CostStatus `json:"cost,omitempty"`
 	// Conditions: Ready (the desired standby nodes are hibernated), Degraded (something needs
 	// attention: launches failing, a drain blocked), NodePoolsReady (Karpenter allows Spot and
 	// is diversified).
@@ -256,6 +286,21 @@ type WarmPoolStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// CostStatus is an estimate in US dollars, as decimal strings, from spec.pricing or the
+// controller's prices.
+type CostStatus struct {
+	// Monthly is what the cover (the desired standby nodes) costs hibernated for a month:
+	// their root volumes. Resumed time after an interruption is billed on top (Hourly).
+	Monthly string `json:"monthly"`
+	// OverprovisioningMonthly is what the same cover costs as running Spot nodes (balloon
+	// Pods) for a month; empty when no On-Demand price is known.
+	// +optional
+	OverprovisioningMonthly string `json:"overprovisioningMonthly,omitempty"`
+	// Hourly is the cost now: every pool instance's root volume plus the running instances'
+	// On-Demand compute (the volumes only, when no On-Demand price is known).
+	Hourly string `json:"hourly"`
 }
 
 // SlotStatus is one standby place of the pool.
@@ -298,6 +343,8 @@ const (
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.active`
 // +kubebuilder:printcolumn:name="Draining",type=integer,JSONPath=`.status.draining`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Monthly",type=string,JSONPath=`.status.cost.monthly`,description="Estimated monthly cost of the hibernated cover, US dollars"
+// +kubebuilder:printcolumn:name="Overprovisioning",type=string,JSONPath=`.status.cost.overprovisioningMonthly`,priority=1,description="Monthly cost of the same cover as running Spot nodes, US dollars"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a WarmPool name is used as a label and taint value: at most 63 characters"
 type WarmPool struct {

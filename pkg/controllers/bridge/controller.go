@@ -36,8 +36,8 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
-// IndexPodNodeName is the Pod index by spec.nodeName (registered by the interruption
-// controller's RegisterIndexes; same name).
+// IndexPodNodeName is the Pod index by spec.nodeName (registered by
+// pkg/controllers/indexes.Register; same name).
 const IndexPodNodeName = "spec.nodeName"
 
 // Controller runs the bridge: the node reconciler writes the holds and moves StatefulSet Pods,
@@ -56,13 +56,15 @@ type Controller struct {
 	grantsMu  sync.Mutex
 	grants    map[types.UID]string
 	grantedAt map[types.UID]time.Time
+	// evicted: namespace/name → UID of the StatefulSet Pods this process moved (evicted).
+	evicted map[string]types.UID
 }
 
 // New returns the controller. live reads the API server: the ready counts that decide a
 // removal must not lag behind the Pods this controller just deleted.
 func New(c client.Client, live client.Reader, clk clock.Clock, rec events.EventRecorder, o Options) *Controller {
 	return &Controller{client: c, live: live, clock: clk, recorder: rec, opts: o,
-		grants: map[types.UID]string{}, grantedAt: map[types.UID]time.Time{}}
+		grants: map[types.UID]string{}, grantedAt: map[types.UID]time.Time{}, evicted: map[string]types.UID{}}
 }
 
 // Register adds both reconcilers.
@@ -120,12 +122,6 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	plan := PlanNode(s, c.opts)
-	// The surge first, then the holds: a crash between the two leaves a surge without holds
-	// (its Pods are drained as without Lifeboat, the surge goes back once they are gone) —
-	// never holds without a surge.
-	if err := c.ensureSurges(ctx, n, plan.Hold); err != nil {
-		return reconcile.Result{}, err
-	}
 	var errs []error
 	for _, a := range plan.Hold {
 		value := nodeutil.FormatTime(a.Until)
@@ -146,6 +142,11 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		metrics.BridgeReleases.WithLabelValues(a.Reason).Inc()
 		c.recorder.Eventf(a.Pod, n, corev1.EventTypeWarning, v1alpha1.EventEvictionReleased, "Release",
 			"Eviction no longer held (%s): the drain of interrupted node %s proceeds as without Lifeboat", a.Reason, n.Name)
+	}
+	// The holds first, then the surge (once a lifeboat is Ready): a crash between the two leaves
+	// holds without a surge, which end by their deadline; the next pass surges.
+	if err := c.ensureSurges(ctx, n, plan.Surge); err != nil {
+		errs = append(errs, err)
 	}
 	for _, p := range plan.Move {
 		if err := c.move(ctx, n, p); err != nil {
@@ -336,24 +337,41 @@ func (c *Controller) setHold(ctx context.Context, p *corev1.Pod, value string) e
 }
 
 // move lets a held StatefulSet Pod go to its Ready lifeboat: released, then evicted (the
-// Eviction API applies its PodDisruptionBudget; a refusal leaves it to the drainer).
+// Eviction API applies its PodDisruptionBudget). When the budget refuses, the hold is put back
+// as it was and the move is tried again on a later pass, until the hold's deadline: a refusal
+// must not turn into giving up the hold. The budget's view can lag behind a Pod the StatefulSet
+// controller just re-created under the same name: such stale entries are removed
+// (clearStaleDisruptions).
 func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod) error {
+	held := p.Annotations[v1alpha1.AnnotationEvictionHold]
 	if err := c.setHold(ctx, p, v1alpha1.EvictionHoldReleased); err != nil {
 		return err
 	}
-	metrics.BridgeReleases.WithLabelValues(ReleaseMoved).Inc()
 	err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(p.UID)}}})
 	switch {
-	case err == nil:
+	case err == nil || apierrors.IsConflict(err):
+		// A conflict on the UID precondition: the Pod of that name is another one already — the
+		// eviction deleted ours and the StatefulSet re-created it while the Eviction API
+		// retried (seen against kube-apiserver v1.36).
+		klog.FromContext(ctx).V(2).Info("Moved a held StatefulSet Pod to its lifeboat", "pod", klog.KObj(p), "evictionResult", err)
+		c.noteEvicted(p)
+		metrics.BridgeReleases.WithLabelValues(ReleaseMoved).Inc()
 		c.recorder.Eventf(p, n, corev1.EventTypeNormal, v1alpha1.EventBridgeMove, "Move",
 			"Moved to a Ready lifeboat, one replica at a time: node %s is interrupted", n.Name)
 		return nil
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	case apierrors.IsNotFound(err):
+		klog.FromContext(ctx).V(2).Info("The StatefulSet Pod to move is gone", "pod", klog.KObj(p))
+		c.noteEvicted(p)
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		klog.FromContext(ctx).V(2).Info("StatefulSet Pod released; its PodDisruptionBudget refused the move, the drain will evict it", "pod", klog.KObj(p))
-		return nil
+		if err := c.setHold(ctx, p, held); err != nil {
+			return err
+		}
+		budgets, err := c.clearStaleDisruptions(ctx, p)
+		klog.FromContext(ctx).V(2).Info("The StatefulSet Pod's PodDisruptionBudget refused the move; holding it again and retrying",
+			"pod", klog.KObj(p), "hold", held, "budgets", budgets)
+		return err
 	default:
 		return fmt.Errorf("evict %s/%s to its lifeboat: %w", p.Namespace, p.Name, err)
 	}
@@ -367,14 +385,11 @@ func kindOf(p *corev1.Pod) string {
 }
 
 // ensureSurges adds this node's entry to the bridge surge of every Deployment whose Pods on it
-// are about to be held: replicas + those Pods, so their replacements start before they leave.
-func (c *Controller) ensureSurges(ctx context.Context, n *corev1.Node, holds []PodAction) error {
+// are held: replicas + those Pods, so their replacements start before they leave.
+func (c *Controller) ensureSurges(ctx context.Context, n *corev1.Node, held []*corev1.Pod) error {
 	counts := map[types.NamespacedName]int32{}
-	for _, a := range holds {
-		if statefulSetOf(a.Pod) != "" {
-			continue
-		}
-		d, err := c.deploymentOf(ctx, a.Pod)
+	for _, p := range held {
+		d, err := c.deploymentOf(ctx, p)
 		if err != nil {
 			return err
 		}

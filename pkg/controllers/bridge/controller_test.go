@@ -21,10 +21,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
@@ -98,6 +99,12 @@ type harness struct {
 
 func newHarness(t *testing.T, objs ...client.Object) *harness {
 	t.Helper()
+	return newHarnessWith(t, interceptor.Funcs{}, objs...)
+}
+
+// newHarnessWith is newHarness with the fake client's calls intercepted (API refusals).
+func newHarnessWith(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *harness {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -107,7 +114,7 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		Build()
+		WithInterceptorFuncs(funcs).Build()
 	clk := clocktesting.NewFakeClock(ctrlNow)
 	rec := events.NewFakeRecorder(1000)
 	return &harness{ctrl: New(c, c, clk, rec, DefaultOptions()), c: c, clk: clk, rec: rec}
@@ -548,6 +555,47 @@ func TestReconcileNodeMovesSettledStatefulSetPod(t *testing.T) {
 	}
 }
 
+// TestMoveRefusedByPDBKeepsTheHold: when the StatefulSet's PodDisruptionBudget refuses a move
+// (its view can lag behind a Pod re-created under the same name), the Pod is held again with
+// the same deadline and the move is retried — a refusal never gives up the holds one by one.
+func TestMoveRefusedByPDBKeepsTheHold(t *testing.T) {
+	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
+	db := func(name string) *corev1.Pod {
+		p := appPod(name, "spot-1", true, true)
+		p.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
+		p.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: held}
+		return p
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	refusals := 0
+	refuse := interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+		if sub == "eviction" {
+			refusals++
+			return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+	}}
+	h := newHarnessWith(t, refuse, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", true, "4"), sts, db("db-0"), db("db-1"))
+	for pass := 0; pass < 3; pass++ {
+		if res := h.reconcileNode(t, "spot-1"); res.RequeueAfter == 0 {
+			t.Fatalf("pass %d: no requeue while Pods are held", pass)
+		}
+	}
+	if refusals != 3 {
+		t.Errorf("moves tried %d times over 3 passes, want one per pass", refusals)
+	}
+	for _, name := range []string{"db-0", "db-1"} {
+		if got := h.hold(t, name); got != held {
+			t.Errorf("%s hold %q after refused moves, want it held until %q", name, got, held)
+		}
+	}
+	if evs := strings.Join(h.events(), "\n"); strings.Contains(evs, v1alpha1.EventEvictionReleased) {
+		t.Errorf("events %q: a refused move released a hold", evs)
+	}
+}
+
 // A rebalance recommendation marks the Node like an interrupted one (source
 // sqs/RebalanceRecommendation) and gets a resume decision, but it is not an eviction
 // (docs/WARMPOOL.md "Interruption"): nothing drains the Node. The bridge should neither surge nor
@@ -635,5 +683,36 @@ func TestRestartContinuesFromObjects(t *testing.T) {
 	}
 	if _, ok := d.Annotations[v1alpha1.AnnotationBridgeSurge]; ok {
 		t.Errorf("surge record left: %v", d.Annotations)
+	}
+}
+
+// TestSurgeWaitsForReadyLifeboat: the held Pods' Deployment is surged only once a lifeboat is
+// Ready. Before, surge Pods could only wait (Pending), and Pending Pods count against the
+// Deployment's PodDisruptionBudget, slowing Karpenter's drain of its other Pods; a lifeboat
+// that never turns Ready leaves the Deployment as it was.
+func TestSurgeWaitsForReadyLifeboat(t *testing.T) {
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "4"),
+		apiDeployment(6, nil), apiReplicaSet(), appPod("api-a", "spot-1", true, true), appPod("api-b", "spot-1", true, true))
+	h.reconcileNode(t, "spot-1")
+	if got := h.hold(t, "api-a"); got == "" || got == v1alpha1.EvictionHoldReleased {
+		t.Fatalf("hold %q, want a deadline", got)
+	}
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 6 {
+		t.Errorf("replicas %d while the lifeboat is not Ready, want 6 (no surge yet)", got)
+	}
+
+	n := &corev1.Node{}
+	if err := h.c.Get(context.Background(), types.NamespacedName{Name: "lb-1"}, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if err := h.c.Status().Update(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(2 * time.Second)
+	h.reconcileNode(t, "spot-1")
+	h.reconcileNode(t, "spot-1") // once per node: a second pass adds nothing
+	if got := ptr.Deref(h.deployment(t).Spec.Replicas, 0); got != 8 {
+		t.Errorf("replicas %d once the lifeboat is Ready, want 8 (6 + the 2 held Pods)", got)
 	}
 }

@@ -1,4 +1,4 @@
-// Package bridge is the controller between an interruption and its placement (DESIGN.md flow 7,
+// Package bridge is the controller between an interruption and its placement (docs/ARCHITECTURE.md flow 7,
 // docs/WARMPOOL.md "Bridge"): the protected Pods of an interrupted Spot node that Lifeboat
 // resumed lifeboat capacity for are held — their evictions refused by lifeboat-webhook — until
 // their replacement is Ready on the lifeboat, never past a hard deadline that keeps their
@@ -38,6 +38,11 @@ type Options struct {
 	ResumeTimeout time.Duration
 	// Poll is the requeue period while a bridge is in progress.
 	Poll time.Duration
+	// Off: no bridge at all. Lifeboats still resume and the lifeboat scheduler still seats the
+	// evicted Pods on them, but no eviction is held and nothing surges before the drain: the
+	// drain proceeds as without the bridge. The webhook's pending hold is separate
+	// (lifeboat-webhook --eviction-pending-hold=0).
+	Off bool
 }
 
 // DefaultOptions are the defaults of the controller's flags.
@@ -117,6 +122,12 @@ type PodAction struct {
 type NodePlan struct {
 	Hold    []PodAction
 	Release []PodAction
+	// Surge are the held (or now held) Deployment Pods whose replacements start now: once a
+	// lifeboat is Ready. Before that a surge would only add Pending Pods, and those count against
+	// the Deployment's PodDisruptionBudget (its expected count is the surged replicas), slowing
+	// Karpenter's drain of the Deployment's other Pods; a lifeboat that is never Ready then costs
+	// the drain nothing but the hold.
+	Surge []*corev1.Pod
 	// Move are held StatefulSet Pods to release and evict now (at most one per StatefulSet).
 	Move []*corev1.Pod
 	// Busy: something is still held or pending on the node; look again after Options.Poll.
@@ -198,8 +209,14 @@ func PlanNode(s NodeState, o Options) NodePlan {
 			}
 			plan.Hold = append(plan.Hold, PodAction{Pod: p, Until: deadline})
 			plan.Busy = true
+			if anyReady && replicaSetOwned(p) {
+				plan.Surge = append(plan.Surge, p)
+			}
 		default: // held
 			plan.Busy = true
+			if anyReady && replicaSetOwned(p) {
+				plan.Surge = append(plan.Surge, p)
+			}
 			sts := statefulSetOf(p)
 			if sts != "" && anyReady && s.SettledStatefulSets[sts] && !moving[sts] {
 				moving[sts] = true
@@ -432,5 +449,6 @@ func PlanSurge(s Surge, pods []*corev1.Pod) SurgeStep {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Notice, "bridge-notice", o.Notice, "The Spot interruption notice: a held Pod's graceful shutdown must end within it.")
 	fs.DurationVar(&o.Margin, "bridge-margin", o.Margin, "Time kept between the end of a held Pod's hold plus its grace period and the reclaim (notice time + --bridge-notice); a hold ends at notice + notice − grace − margin.")
+	fs.BoolVar(&o.Off, "disable-bridge", o.Off, "Hold no evictions and surge nothing before a drain (lifeboats still resume and take the evicted Pods); also set lifeboat-webhook --eviction-pending-hold=0.")
 	fs.DurationVar(&o.ResumeTimeout, "bridge-resume-timeout", o.ResumeTimeout, "Release the holds of an interrupted node whose lifeboats are not Ready this long after its notice, so the drain proceeds as without Lifeboat.")
 }

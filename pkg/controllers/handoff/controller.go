@@ -31,6 +31,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
 // DeletionCost is the pod-deletion-cost given to lifeboat Pods before a scale-down, so the
@@ -116,11 +117,20 @@ func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n 
 		return reconcile.Result{}, err
 	}
 	due := HandoffDue(activated, active, others)
+	// A held Pod still serves on its interrupted node and is about to move onto a lifeboat (a
+	// StatefulSet's Pods move one at a time): handing off now would release its hold ("no
+	// lifeboat") and drain the lifeboat it just moved to. Holds end by their deadline, inside
+	// the notice, so this wait is bounded whatever the pool's handoff mode.
+	if until, err := c.latestHold(ctx, now); err != nil {
+		return reconcile.Result{}, err
+	} else if now.Before(until) {
+		return reconcile.Result{RequeueAfter: min(until.Sub(now), c.Poll)}, nil
+	}
 	if now.Before(due) {
 		if pool.Spec.Handoff != v1alpha1.HandoffWhenReplacementReady {
 			return reconcile.Result{RequeueAfter: due.Sub(now)}, nil
 		}
-		ready, err := c.replacementReady(ctx)
+		ready, err := c.replacementReady(ctx, now)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -182,14 +192,33 @@ func (c *Controller) activatedTimes(ctx context.Context, self string) ([]time.Ti
 	return out, nil
 }
 
-// replacementReady: no protected Pod is Pending and every Karpenter NodeClaim is initialized.
-func (c *Controller) replacementReady(ctx context.Context) (bool, error) {
+// latestHold is the latest deadline of the bridge holds active at now (zero when none is).
+func (c *Controller) latestHold(ctx context.Context, now time.Time) (time.Time, error) {
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.MatchingLabels{v1alpha1.LabelProtected: "true"}); err != nil {
+		return time.Time{}, err
+	}
+	var latest time.Time
+	for i := range pods.Items {
+		if v := policy.EvictionHold(&pods.Items[i], nil, now, 0); v.Hold && v.Until.After(latest) {
+			latest = v.Until
+		}
+	}
+	return latest, nil
+}
+
+// replacementReady: no protected Pod is Pending or held by the bridge, and every Karpenter
+// NodeClaim is initialized.
+func (c *Controller) replacementReady(ctx context.Context, now time.Time) (bool, error) {
+	if until, err := c.latestHold(ctx, now); err != nil || now.Before(until) {
+		return false, err
+	}
 	pods := &corev1.PodList{}
 	if err := c.client.List(ctx, pods, client.MatchingLabels{v1alpha1.LabelProtected: "true"}); err != nil {
 		return false, err
 	}
-	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodPending {
+	for i := range pods.Items {
+		if pods.Items[i].Status.Phase == corev1.PodPending {
 			return false, nil
 		}
 	}

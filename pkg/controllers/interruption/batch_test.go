@@ -18,6 +18,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -25,7 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/cloudtest"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/indexes"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/intake"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/marks"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
@@ -52,17 +58,17 @@ func fakeStore(objs ...client.Object) client.WithWatch {
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(copies...).
 		WithStatusSubresource(&v1alpha1.WarmPool{}).
-		WithIndex(&corev1.Pod{}, IndexPodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithIndex(&corev1.Node{}, IndexNodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
+		WithIndex(&corev1.Pod{}, indexes.PodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithIndex(&corev1.Node{}, indexes.NodeInstanceID, func(o client.Object) []string { return []string{nodeutil.InstanceID(o.(*corev1.Node))} }).
 		Build()
 }
 
 // deliver hands msgs to HandleBatch as the SQS consumer does, running the reconciles it
 // triggers meanwhile (HandleBatch returns once the decisions it requested are recorded).
-func deliver(t *testing.T, ctrl *Controller, msgs ...cloudinterruption.Message) []error {
+func deliver(t *testing.T, ctrl *Controller, msgs ...interruptionqueue.Message) []error {
 	t.Helper()
 	done := make(chan []error, 1)
-	go func() { done <- ctrl.HandleBatch(context.Background(), msgs) }()
+	go func() { done <- ctrl.intake.HandleBatch(context.Background(), msgs) }()
 	for {
 		select {
 		case errs := <-done:
@@ -130,10 +136,19 @@ func (l *listCounter) count(selectorPrefix string) int {
 	return n
 }
 
-func newController(cache client.Client, reader client.Reader) (*Controller, *fakeInstances) {
-	f := &fakeInstances{resumed: map[string]int{}, ice: map[string]bool{}, gone: map[string]bool{}}
+func newController(cache client.Client, reader client.Reader) (*Controller, *cloudtest.Instances) {
+	f := cloudtest.New()
+	f.UnknownState = cloud.StateStopped
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
-	return New(cache, reader, f, clk, events.NewFakeRecorder(1000), nil), f
+	return realWindows(New(cache, reader, f, clk, events.NewFakeRecorder(1000), nil, "")), f
+}
+
+// realWindows runs the batch windows in real time: the tests step the decisions' fake clock
+// only.
+func realWindows(c *Controller) *Controller {
+	c.batch.clock = clock.RealClock{}
+	c.beforeStart.clock = clock.RealClock{}
+	return c
 }
 
 // drainConcurrently runs the reconciles of every triggered Node at once, as the controller's
@@ -176,7 +191,7 @@ func drainConcurrently(t *testing.T, ctrl *Controller) {
 		}
 		wg.Wait()
 		for _, name := range requeue {
-			ctrl.requestDecision(name)
+			ctrl.RequestDecision(name)
 		}
 	}
 	t.Fatal("reconcile did not settle")
@@ -198,13 +213,13 @@ func decisionOf(t *testing.T, c client.Reader, node string) string {
 func TestBurstIsOneBatch(t *testing.T) {
 	const burst = 10
 	var objs []client.Object
-	var msgs []cloudinterruption.Message
+	var msgs []interruptionqueue.Message
 	for i := range burst {
 		objs = append(objs, spotNode(fmt.Sprintf("spot-%d", i), fmt.Sprintf("i-spot%d", i)), protectedPod(fmt.Sprintf("p-%d", i), fmt.Sprintf("spot-%d", i), "3"),
 			standbyNode(fmt.Sprintf("sb-%d", i), fmt.Sprintf("i-sb%d", i), "4"))
 		msgs = append(msgs, spotMessage(fmt.Sprintf("i-spot%d", i)))
 	}
-	msgs = append(msgs, spotMessage("i-spot3"), cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot5"}}, spotMessage("i-spot3"))
+	msgs = append(msgs, spotMessage("i-spot3"), interruptionqueue.Message{Kind: interruptionqueue.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot5"}}, spotMessage("i-spot3"))
 	api := fakeStore(objs...)
 	lists := &listCounter{lists: map[string]int{}}
 	var (
@@ -234,7 +249,7 @@ func TestBurstIsOneBatch(t *testing.T) {
 	})
 	ctrl, f := newController(cache, interceptor.NewClient(api, lists.funcs()))
 	// Only the announced Nodes' arrival closes the batch (however slow the fake client is).
-	ctrl.batch.max, ctrl.batch.expectFor = time.Hour, time.Hour
+	ctrl.batch.max, ctrl.batch.awaitFor = time.Hour, time.Hour
 
 	for i, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
@@ -243,8 +258,8 @@ func TestBurstIsOneBatch(t *testing.T) {
 	}
 	drainConcurrently(t, ctrl)
 
-	if len(f.batches) != 1 || len(f.batches[0]) != burst {
-		t.Fatalf("StartInstances calls %v, want one with %d instances", f.batches, burst)
+	if len(f.Batches) != 1 || len(f.Batches[0]) != burst {
+		t.Fatalf("StartInstances calls %v, want one with %d instances", f.Batches, burst)
 	}
 	if got := lists.count(v1alpha1.LabelPool); got != 0 {
 		t.Errorf("%d live reads of the pool nodes, want none (the plan is made on the cache)", got)
@@ -272,7 +287,7 @@ func TestBurstIsOneBatch(t *testing.T) {
 		}
 		used[d] = true
 	}
-	for id, n := range f.resumed {
+	for id, n := range f.Resumed {
 		if n != 1 {
 			t.Errorf("%s started %d times", id, n)
 		}
@@ -284,8 +299,8 @@ func TestBurstIsOneBatch(t *testing.T) {
 		}
 	}
 	drainConcurrently(t, ctrl)
-	if len(f.batches) != 1 {
-		t.Fatalf("StartInstances calls %v after the duplicates, want still one", f.batches)
+	if len(f.Batches) != 1 {
+		t.Fatalf("StartInstances calls %v after the duplicates, want still one", f.Batches)
 	}
 }
 
@@ -294,17 +309,17 @@ func TestBurstIsOneBatch(t *testing.T) {
 // node in a second pass.
 func TestBurstPartialICE(t *testing.T) {
 	objs := []client.Object{standbyNode("sb-big", "i-sbbig", "8"), standbyNode("sb-1", "i-sb1", "4"), standbyNode("sb-2", "i-sb2", "4"), standbyNode("sb-3", "i-sb3", "4")}
-	var msgs []cloudinterruption.Message
+	var msgs []interruptionqueue.Message
 	for i := range 3 {
 		objs = append(objs, spotNode(fmt.Sprintf("spot-%d", i), fmt.Sprintf("i-spot%d", i)), protectedPod(fmt.Sprintf("p-%d", i), fmt.Sprintf("spot-%d", i), "3"))
 		msgs = append(msgs, spotMessage(fmt.Sprintf("i-spot%d", i)))
 	}
 	api := fakeStore(objs...)
 	ctrl, f := newController(api, api)
-	ctrl.batch.max, ctrl.batch.expectFor = time.Hour, time.Hour
+	ctrl.batch.max, ctrl.batch.awaitFor = time.Hour, time.Hour
 	// Equal demands are planned in name order and first-fit decreasing opens the largest
 	// node first: spot-0 gets sb-big, which has no capacity.
-	f.ice["i-sbbig"] = true
+	f.ICE["i-sbbig"] = true
 	for _, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
 			t.Fatal(err)
@@ -312,11 +327,11 @@ func TestBurstPartialICE(t *testing.T) {
 	}
 	drainConcurrently(t, ctrl)
 
-	if !f.gone["i-sbbig"] || f.resumed["i-sbbig"] != 0 {
-		t.Fatalf("gone %v resumed %v: want i-sbbig terminated", f.gone, f.resumed)
+	if !f.Gone["i-sbbig"] || f.Resumed["i-sbbig"] != 0 {
+		t.Fatalf("gone %v resumed %v: want i-sbbig terminated", f.Gone, f.Resumed)
 	}
-	if len(f.batches) != 2 || len(f.batches[0]) != 3 || len(f.batches[1]) != 1 {
-		t.Fatalf("StartInstances calls %v, want one for the batch (3) and one for the re-plan (1)", f.batches)
+	if len(f.Batches) != 2 || len(f.Batches[0]) != 3 || len(f.Batches[1]) != 1 {
+		t.Fatalf("StartInstances calls %v, want one for the batch (3) and one for the re-plan (1)", f.Batches)
 	}
 	used := map[string]bool{}
 	for i := range 3 {
@@ -348,12 +363,12 @@ func TestStaleCacheLedgerReplansFromAPI(t *testing.T) {
 	}
 	lists := &listCounter{lists: map[string]int{}}
 	ctrl, f := newController(laggingCache(api, objs...), interceptor.NewClient(api, lists.funcs()))
-	ctrl.inflight.Store("other/1", struct{}{})
+	ctrl.holders.run("other/1")
 
 	drainOne(t, ctrl, "spot-1")
 
-	if len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
-		t.Fatalf("resumed %v, want only i-sb2", f.resumed)
+	if len(f.Resumed) != 1 || f.Resumed["i-sb2"] != 1 {
+		t.Fatalf("resumed %v, want only i-sb2", f.Resumed)
 	}
 	if got := lists.count(v1alpha1.LabelPool); got != 1 {
 		t.Errorf("%d pool-node lists from the API server, want 1 (the re-plan)", got)
@@ -452,12 +467,12 @@ func TestClaimConflictReplansFromAPI(t *testing.T) {
 	c := interceptor.NewClient(store, conflictingLedger(false, &writes))
 	lists := &listCounter{lists: map[string]int{}}
 	ctrl, f := newController(c, interceptor.NewClient(store, lists.funcs()))
-	ctrl.inflight.Store("other/1", struct{}{}) // the other writer's batch is still running
+	ctrl.holders.run("other/1") // the other writer's batch is still running
 
 	drainOne(t, ctrl, "spot-1")
 
-	if writes.Load() != 2 || len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
-		t.Fatalf("ledger writes %d resumed %v, want the conflict and then only i-sb2", writes.Load(), f.resumed)
+	if writes.Load() != 2 || len(f.Resumed) != 1 || f.Resumed["i-sb2"] != 1 {
+		t.Fatalf("ledger writes %d resumed %v, want the conflict and then only i-sb2", writes.Load(), f.Resumed)
 	}
 	if got := lists.count(v1alpha1.LabelPool); got != 1 {
 		t.Errorf("%d pool-node lists from the API server, want 1 (the re-plan)", got)
@@ -487,8 +502,8 @@ func TestPersistentConflictRequeues(t *testing.T) {
 	if err != nil || !res.Requeue {
 		t.Fatalf("res %+v err %v, want a requeue", res, err)
 	}
-	if writes.Load() != 3 || len(f.resumed) != 0 || decisionOf(t, store, "spot-1") != "" {
-		t.Fatalf("ledger writes %d resumed %v decision %q", writes.Load(), f.resumed, decisionOf(t, store, "spot-1"))
+	if writes.Load() != 3 || len(f.Resumed) != 0 || decisionOf(t, store, "spot-1") != "" {
+		t.Fatalf("ledger writes %d resumed %v decision %q", writes.Load(), f.Resumed, decisionOf(t, store, "spot-1"))
 	}
 	assertLedgerEmpty(t, store)
 }
@@ -513,8 +528,8 @@ func TestCacheLagsOwnClaim(t *testing.T) {
 	}
 	ctrl, f := newController(laggingCache(api, objs...), api)
 	drainOne(t, ctrl, "spot-1")
-	if len(f.resumed) != 1 || f.resumed["i-sb1"] != 1 {
-		t.Fatalf("resumed %v, want only the already-claimed i-sb1", f.resumed)
+	if len(f.Resumed) != 1 || f.Resumed["i-sb1"] != 1 {
+		t.Fatalf("resumed %v, want only the already-claimed i-sb1", f.Resumed)
 	}
 	sb2 := &corev1.Node{}
 	_ = api.Get(context.Background(), types.NamespacedName{Name: "sb-2"}, sb2)
@@ -533,8 +548,8 @@ func TestCacheMissesFreshPods(t *testing.T) {
 	if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
 		t.Fatal(err)
 	}
-	if f.resumed["i-sb1"] != 1 || decisionOf(t, api, "spot-1") != "sb-1" {
-		t.Fatalf("resumed %v decision %q, want sb-1 for the Pod only the API server shows", f.resumed, decisionOf(t, api, "spot-1"))
+	if f.Resumed["i-sb1"] != 1 || decisionOf(t, api, "spot-1") != "sb-1" {
+		t.Fatalf("resumed %v decision %q, want sb-1 for the Pod only the API server shows", f.Resumed, decisionOf(t, api, "spot-1"))
 	}
 	// A Node without protected Pods is still decided "none" (after the same check).
 	spot2 := spotNode("spot-2", "i-spot2")
@@ -543,8 +558,8 @@ func TestCacheMissesFreshPods(t *testing.T) {
 	if err := deliver(t, ctrl2, spotMessage("i-spot2"))[0]; err != nil {
 		t.Fatal(err)
 	}
-	if len(f2.resumed) != 0 || decisionOf(t, api2, "spot-2") != "none" {
-		t.Fatalf("resumed %v decision %q, want none", f2.resumed, decisionOf(t, api2, "spot-2"))
+	if len(f2.Resumed) != 0 || decisionOf(t, api2, "spot-2") != "none" {
+		t.Fatalf("resumed %v decision %q, want none", f2.Resumed, decisionOf(t, api2, "spot-2"))
 	}
 }
 
@@ -561,15 +576,15 @@ func TestCacheLagsMarkAndDecision(t *testing.T) {
 		}
 		drainConcurrently(t, ctrl)
 		// The Node watch would deliver the stale copy too.
-		ctrl.requestDecision("spot-1")
+		ctrl.RequestDecision("spot-1")
 		drainConcurrently(t, ctrl)
 	}
 	total := 0
-	for _, n := range f.resumed {
+	for _, n := range f.Resumed {
 		total += n
 	}
 	if total != 1 || decisionOf(t, api, "spot-1") == "" {
-		t.Fatalf("resumed %v decision %q, want one resume and a decision", f.resumed, decisionOf(t, api, "spot-1"))
+		t.Fatalf("resumed %v decision %q, want one resume and a decision", f.Resumed, decisionOf(t, api, "spot-1"))
 	}
 }
 
@@ -579,18 +594,18 @@ func TestKarpenterEventPath(t *testing.T) {
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: "default", Name: "spot-1.spot"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "spot-1"},
-		Reason:         KarpenterReasonSpotInterrupted, Type: corev1.EventTypeWarning,
+		Reason:         intake.KarpenterReasonSpotInterrupted, Type: corev1.EventTypeWarning,
 	}
 	api := fakeStore(spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"), ev)
 	ctrl, f := newController(api, api)
-	if _, err := ctrl.reconcileKarpenterEvent(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "spot-1.spot"}}); err != nil {
+	if _, err := ctrl.intake.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "spot-1.spot"}}); err != nil {
 		t.Fatal(err)
 	}
 	drainConcurrently(t, ctrl)
 	n := &corev1.Node{}
 	_ = api.Get(context.Background(), types.NamespacedName{Name: "spot-1"}, n)
-	if f.resumed["i-sb1"] != 1 || n.Annotations[v1alpha1.AnnotationResumeDecision] != "sb-1" || n.Annotations[v1alpha1.AnnotationInterruptionSource] != SourceKarpenterEvent {
-		t.Fatalf("resumed %v annotations %v", f.resumed, n.Annotations)
+	if f.Resumed["i-sb1"] != 1 || n.Annotations[v1alpha1.AnnotationResumeDecision] != "sb-1" || n.Annotations[v1alpha1.AnnotationInterruptionSource] != marks.SourceKarpenterEvent {
+		t.Fatalf("resumed %v annotations %v", f.Resumed, n.Annotations)
 	}
 }
 
@@ -607,14 +622,14 @@ func TestDaemonSetOverheadInDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	drainConcurrently(t, ctrl)
-	if f.resumed["i-sb8"] != 1 || len(f.resumed) != 1 {
-		t.Fatalf("resumed %v, want the 8-CPU node (3 + 1.5 CPU do not fit 4)", f.resumed)
+	if f.Resumed["i-sb8"] != 1 || len(f.Resumed) != 1 {
+		t.Fatalf("resumed %v, want the 8-CPU node (3 + 1.5 CPU do not fit 4)", f.Resumed)
 	}
 }
 
 func drainOne(t *testing.T, ctrl *Controller, node string) {
 	t.Helper()
-	ctrl.requestDecision(node)
+	ctrl.RequestDecision(node)
 	drainConcurrently(t, ctrl)
 }
 
@@ -623,9 +638,9 @@ func TestBatcher(t *testing.T) {
 		mu      sync.Mutex
 		batches [][]string
 	}
-	newB := func(idle, max, expectFor time.Duration) (*batcher, *got) {
+	newBOn := func(clk clock.Clock, idle, max, awaitFor time.Duration) (*batcher, *got) {
 		g := &got{}
-		b := newBatcher(idle, max, expectFor, 100, func(batch []*decisionRequest) {
+		b := newBatcher(clk, idle, max, awaitFor, 100, func(batch []*decisionRequest) {
 			var names []string
 			for _, r := range batch {
 				names = append(names, r.node.Name)
@@ -640,6 +655,9 @@ func TestBatcher(t *testing.T) {
 			}
 		})
 		return b, g
+	}
+	newB := func(idle, max, awaitFor time.Duration) (*batcher, *got) {
+		return newBOn(clock.RealClock{}, idle, max, awaitFor)
 	}
 	req := func(name string) *decisionRequest {
 		return &decisionRequest{ctx: context.Background(), node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, done: make(chan decisionResult, 1)}
@@ -657,12 +675,12 @@ func TestBatcher(t *testing.T) {
 	t.Run("announced Nodes close the batch when the last arrives", func(t *testing.T) {
 		// A short maximum: it does not cut a batch whose announced Nodes are still coming.
 		b, g := newB(time.Hour, time.Millisecond, time.Hour)
-		b.expect([]string{"a", "b", "c"})
+		b.await([]string{"a", "b", "c"})
 		ra, rb := req("a"), req("b")
-		b.add(ra)
+		b.join(ra)
 		time.Sleep(20 * time.Millisecond) // b's mark is slow
-		b.add(rb)
-		b.forget("c") // its mark found it marked before
+		b.join(rb)
+		b.stopAwaiting("c") // its mark found it marked before
 		wait(ra, rb)
 		if len(g.batches) != 1 || len(g.batches[0]) != 2 {
 			t.Fatalf("batches %v, want [a b]", g.batches)
@@ -671,8 +689,8 @@ func TestBatcher(t *testing.T) {
 	t.Run("unannounced Nodes wait for the idle window and share it", func(t *testing.T) {
 		b, g := newB(50*time.Millisecond, time.Hour, time.Hour)
 		ra, rb := req("a"), req("b")
-		b.add(ra)
-		b.add(rb)
+		b.join(ra)
+		b.join(rb)
 		wait(ra, rb)
 		if len(g.batches) != 1 || len(g.batches[0]) != 2 {
 			t.Fatalf("batches %v, want [a b]", g.batches)
@@ -680,9 +698,9 @@ func TestBatcher(t *testing.T) {
 	})
 	t.Run("an announced Node that never comes holds the batch until its announcement lapses", func(t *testing.T) {
 		b, g := newB(time.Hour, time.Hour, 20*time.Millisecond)
-		b.expect([]string{"a", "never"})
+		b.await([]string{"a", "never"})
 		ra := req("a")
-		b.add(ra)
+		b.join(ra)
 		wait(ra)
 		if len(g.batches) != 1 {
 			t.Fatalf("batches %v", g.batches)
@@ -690,9 +708,31 @@ func TestBatcher(t *testing.T) {
 	})
 	t.Run("a single announced notice is decided without a window", func(t *testing.T) {
 		b, g := newB(time.Hour, time.Hour, time.Hour)
-		b.expect([]string{"a"})
+		b.await([]string{"a"})
 		ra := req("a")
-		b.add(ra)
+		b.join(ra)
+		wait(ra)
+		if len(g.batches) != 1 {
+			t.Fatalf("batches %v", g.batches)
+		}
+	})
+	t.Run("the windows run on the batcher's clock", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
+		b, g := newBOn(clk, time.Hour, time.Hour, time.Minute)
+		b.await([]string{"a", "never"})
+		ra := req("a")
+		b.join(ra)
+		// The window waits for "never" on the fake clock: nothing is decided until the
+		// announcement lapses there.
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		select {
+		case <-ra.done:
+			t.Fatal("decided before the announcement lapsed")
+		case <-time.After(20 * time.Millisecond):
+		}
+		clk.Step(time.Minute)
 		wait(ra)
 		if len(g.batches) != 1 {
 			t.Fatalf("batches %v", g.batches)

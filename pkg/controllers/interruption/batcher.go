@@ -8,7 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/marks"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/resumeplan"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sizing"
 )
 
@@ -17,14 +20,14 @@ type decisionRequest struct {
 	ctx        context.Context
 	node       *corev1.Node
 	items      []sizing.Item
-	daemonSets []daemonSetPod
+	daemonSets []resumeplan.DaemonSetPod
 	// pools limits the pools resumed from (a rebalance recommendation: the PreResume pools);
 	// nil allows every pool.
 	pools    map[string]bool
 	noticeAt time.Time
 	// notice: the Node's mark is not written yet (node carries it in memory; unmarked is the
 	// copy as read): the decision's record writes it.
-	notice   *notice
+	notice   *marks.Notice
 	unmarked *corev1.Node
 	done     chan decisionResult
 }
@@ -37,77 +40,79 @@ type decisionResult struct {
 // batcher groups the decisions of a burst so that they are planned together, claimed in
 // parallel and started with one StartInstances call (Karpenter batches its provisioning the
 // same way, with an idle and a maximum window). A batch closes
-//   - when every Node a notice batch announced (expect) has arrived or was forgotten: the SQS
-//     receive batch is one unit, so it is one batch however long its marks take, and a single
-//     notice is decided at once, without a window. An announcement lapses after expectFor, in
-//     case its Node never comes;
+//   - when every Node a notice batch announced (await) has arrived or was withdrawn
+//     (stopAwaiting): the SQS receive batch is one unit, so it is one batch however long its
+//     marks take, and a single notice is decided at once, without a window. An announcement
+//     lapses after awaitFor, in case its Node never comes;
 //   - otherwise (the Node watch, Karpenter's events) when no request arrived for idle, or max
 //     after the first;
 //   - in any case at maxNodes requests.
 //
-// Windows are wall-clock scheduling, not decision logic: they use the real time.
+// Windows are scheduling, not decision logic: their clock (real in production) may differ from
+// the decisions' (a unit test steps the decisions' fake clock and lets the windows run).
 type batcher struct {
-	idle, max, expectFor time.Duration
-	maxNodes             int
-	run                  func(batch []*decisionRequest)
+	clock               clock.Clock
+	idle, max, awaitFor time.Duration
+	maxNodes            int
+	run                 func(batch []*decisionRequest)
 
 	mu      sync.Mutex
 	pending []*decisionRequest
-	// expected are Nodes being marked by a notice batch, with the time the expectation lapses.
-	expected map[string]time.Time
-	// sawExpected: the open window holds a request that was expected.
-	sawExpected bool
+	// awaited are Nodes a notice batch announced, with the time the announcement lapses.
+	awaited map[string]time.Time
+	// sawAwaited: the open window holds a request that was awaited.
+	sawAwaited  bool
 	open        bool
 	first, last time.Time
 	kick        chan struct{}
 	holds       atomic.Uint64
 }
 
-func newBatcher(idle, max, expectFor time.Duration, maxNodes int, run func([]*decisionRequest)) *batcher {
-	return &batcher{idle: idle, max: max, expectFor: expectFor, maxNodes: maxNodes, run: run, expected: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+func newBatcher(clk clock.Clock, idle, max, awaitFor time.Duration, maxNodes int, run func([]*decisionRequest)) *batcher {
+	return &batcher{clock: clk, idle: idle, max: max, awaitFor: awaitFor, maxNodes: maxNodes, run: run, awaited: map[string]time.Time{}, kick: make(chan struct{}, 1)}
 }
 
-// expect announces Nodes whose decisions are about to be requested (a notice batch is marking
-// them); the batch waits for them, at most expectFor.
-func (b *batcher) expect(names []string) {
+// await announces Nodes whose decisions are about to be requested (a notice batch is handing
+// them over); the batch waits for them, at most awaitFor.
+func (b *batcher) await(names []string) {
 	if len(names) == 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	until := time.Now().Add(b.expectFor)
+	until := b.clock.Now().Add(b.awaitFor)
 	for _, n := range names {
-		b.expected[n] = until
+		b.awaited[n] = until
 	}
 }
 
-// hold keeps the open batch (or the next one, if none is open) from closing until release, at
-// most expectFor: an expectation under a name no Node can have, only ever forgotten.
-func (b *batcher) hold() (release func()) {
+// holdOpen keeps the open batch (or the next one, if none is open) from closing until release,
+// at most awaitFor: an announcement under a name no Node can have, only ever withdrawn.
+func (b *batcher) holdOpen() (release func()) {
 	key := fmt.Sprintf("\x00hold/%d", b.holds.Add(1))
-	b.expect([]string{key})
-	return func() { b.forget(key) }
+	b.await([]string{key})
+	return func() { b.stopAwaiting(key) }
 }
 
-// forget withdraws an expectation: the Node will not be requested (its mark failed, it was
-// marked before, or its reconcile found nothing to decide).
-func (b *batcher) forget(name string) {
+// stopAwaiting withdraws an announcement: the Node will not be requested (its mark failed, it
+// was marked before, or its reconcile found nothing to decide).
+func (b *batcher) stopAwaiting(name string) {
 	b.mu.Lock()
-	_, ok := b.expected[name]
-	delete(b.expected, name)
+	_, ok := b.awaited[name]
+	delete(b.awaited, name)
 	b.mu.Unlock()
 	if ok {
 		b.wake()
 	}
 }
 
-// add queues r for the next batch; r.done receives its result.
-func (b *batcher) add(r *decisionRequest) {
+// join queues r for the next batch; r.done receives its result.
+func (b *batcher) join(r *decisionRequest) {
 	b.mu.Lock()
-	now := time.Now()
-	if _, ok := b.expected[r.node.Name]; ok {
-		delete(b.expected, r.node.Name)
-		b.sawExpected = true
+	now := b.clock.Now()
+	if _, ok := b.awaited[r.node.Name]; ok {
+		delete(b.awaited, r.node.Name)
+		b.sawAwaited = true
 	}
 	b.pending = append(b.pending, r)
 	b.last = now
@@ -130,36 +135,36 @@ func (b *batcher) wake() {
 func (b *batcher) window() {
 	for {
 		b.mu.Lock()
-		now := time.Now()
-		for n, until := range b.expected {
+		now := b.clock.Now()
+		for n, until := range b.awaited {
 			if !now.Before(until) {
-				delete(b.expected, n)
+				delete(b.awaited, n)
 			}
 		}
 		var wait time.Duration
 		switch {
 		case len(b.pending) >= b.maxNodes:
-		case len(b.expected) > 0:
+		case len(b.awaited) > 0:
 			wait = time.Duration(1<<63 - 1)
-			for _, until := range b.expected {
+			for _, until := range b.awaited {
 				wait = min(wait, until.Sub(now))
 			}
-		case b.sawExpected:
+		case b.sawAwaited:
 		default:
 			wait = min(b.last.Add(b.idle).Sub(now), b.first.Add(b.max).Sub(now))
 		}
 		if wait <= 0 {
 			batch := b.pending
-			b.pending, b.open, b.sawExpected = nil, false, false
+			b.pending, b.open, b.sawAwaited = nil, false, false
 			b.mu.Unlock()
 			b.run(batch)
 			return
 		}
 		b.mu.Unlock()
-		t := time.NewTimer(wait)
+		t := b.clock.NewTimer(wait)
 		select {
 		case <-b.kick:
-		case <-t.C:
+		case <-t.C():
 		}
 		t.Stop()
 	}

@@ -2,8 +2,6 @@ package interruption
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,65 +16,10 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/cloudtest"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
-
-// fakeInstances records calls; ICE makes Resume of the listed IDs fail with no capacity.
-type fakeInstances struct {
-	mu      sync.Mutex
-	resumed map[string]int
-	ice     map[string]bool
-	gone    map[string]bool
-	// running: instances started before the test (a crash after StartInstances).
-	running map[string]bool
-	// batches are the ResumeAll calls (StartInstances with many IDs), in order.
-	batches [][]string
-}
-
-var _ cloud.BatchResumer = (*fakeInstances)(nil)
-
-func (f *fakeInstances) ResumeAll(ctx context.Context, ids []string) map[string]error {
-	f.mu.Lock()
-	f.batches = append(f.batches, append([]string(nil), ids...))
-	f.mu.Unlock()
-	out := map[string]error{}
-	for _, id := range ids {
-		out[id] = f.Resume(ctx, id)
-	}
-	return out
-}
-
-func (f *fakeInstances) Launch(context.Context, cloud.LaunchRequest) (*cloud.Instance, error) {
-	return nil, fmt.Errorf("not used")
-}
-func (f *fakeInstances) Hibernate(context.Context, string) error { return nil }
-func (f *fakeInstances) Resume(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ice[id] {
-		return fmt.Errorf("resume %s: %w", id, cloud.ErrInsufficientCapacity)
-	}
-	f.resumed[id]++
-	return nil
-}
-func (f *fakeInstances) Terminate(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gone[id] = true
-	return nil
-}
-func (f *fakeInstances) List(context.Context, string) ([]cloud.Instance, error) { return nil, nil }
-
-// Get reports an instance running once resumed (or listed in running), else stopped.
-func (f *fakeInstances) Get(_ context.Context, id string) (*cloud.Instance, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.resumed[id] > 0 || f.running[id] {
-		return &cloud.Instance{ID: id, State: cloud.StateRunning}, nil
-	}
-	return &cloud.Instance{ID: id, State: cloud.StateStopped}, nil
-}
 
 func spotNode(name, id string) *corev1.Node {
 	return &corev1.Node{
@@ -106,16 +49,17 @@ func protectedPod(name, node, cpu string) *corev1.Pod {
 	}
 }
 
-func setup(t *testing.T, objs ...client.Object) (*Controller, client.Client, *fakeInstances, *clocktesting.FakeClock) {
+func setup(t *testing.T, objs ...client.Object) (*Controller, client.Client, *cloudtest.Instances, *clocktesting.FakeClock) {
 	t.Helper()
 	c := fakeStore(objs...)
-	f := &fakeInstances{resumed: map[string]int{}, ice: map[string]bool{}, gone: map[string]bool{}}
+	f := cloudtest.New()
+	f.UnknownState = cloud.StateStopped
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
-	return New(c, c, f, clk, events.NewFakeRecorder(100), nil), c, f, clk
+	return realWindows(New(c, c, f, clk, events.NewFakeRecorder(100), nil, "")), c, f, clk
 }
 
-func spotMessage(id string) cloudinterruption.Message {
-	return cloudinterruption.Message{Kind: cloudinterruption.KindSpotInterruption, InstanceIDs: []string{id}, Time: time.Date(2026, 11, 29, 20, 59, 59, 0, time.UTC)}
+func spotMessage(id string) interruptionqueue.Message {
+	return interruptionqueue.Message{Kind: interruptionqueue.KindSpotInterruption, InstanceIDs: []string{id}, Time: time.Date(2026, 11, 29, 20, 59, 59, 0, time.UTC)}
 }
 
 // drain runs the reconciler for the triggered Nodes until nothing is left to do.
@@ -153,18 +97,18 @@ func TestDuplicatesResumeOnce(t *testing.T) {
 		}
 		drain(t, ctrl)
 	}
-	if err := deliver(t, ctrl, cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}})[0]; err != nil {
+	if err := deliver(t, ctrl, interruptionqueue.Message{Kind: interruptionqueue.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}})[0]; err != nil {
 		t.Fatal(err)
 	}
 	drain(t, ctrl)
 
 	total := 0
-	for _, n := range f.resumed {
+	for _, n := range f.Resumed {
 		total += n
 	}
 	// 3 + 3 + 0.5 CPU on 4-CPU nodes: two nodes, each started once.
-	if len(f.resumed) != 2 || total != 2 {
-		t.Fatalf("resumed %v, want two instances once each", f.resumed)
+	if len(f.Resumed) != 2 || total != 2 {
+		t.Fatalf("resumed %v, want two instances once each", f.Resumed)
 	}
 	n := &corev1.Node{}
 	if err := c.Get(ctx, types.NamespacedName{Name: "spot-1"}, n); err != nil {
@@ -193,20 +137,20 @@ func TestRestartAfterClaimDoesNotResumeMore(t *testing.T) {
 	if _, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "spot-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.resumed) != 1 || f.resumed["i-sb2"] != 1 {
-		t.Fatalf("resumed %v, want only the already-claimed i-sb2", f.resumed)
+	if len(f.Resumed) != 1 || f.Resumed["i-sb2"] != 1 {
+		t.Fatalf("resumed %v, want only the already-claimed i-sb2", f.Resumed)
 	}
 }
 
 func TestICEOnResumeTerminatesAndResumesAnother(t *testing.T) {
 	ctrl, c, f, _ := setup(t, spotNode("spot-1", "i-spot1"), standbyNode("sb-1", "i-sb1", "8"), standbyNode("sb-2", "i-sb2", "4"), protectedPod("a", "spot-1", "2"))
-	f.ice["i-sb1"] = true // the largest candidate is chosen first and has no capacity
+	f.ICE["i-sb1"] = true // the largest candidate is chosen first and has no capacity
 	if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
 		t.Fatal(err)
 	}
 	drain(t, ctrl)
-	if !f.gone["i-sb1"] || f.resumed["i-sb2"] != 1 || len(f.resumed) != 1 {
-		t.Fatalf("gone %v resumed %v: want i-sb1 terminated, i-sb2 resumed", f.gone, f.resumed)
+	if !f.Gone["i-sb1"] || f.Resumed["i-sb2"] != 1 || len(f.Resumed) != 1 {
+		t.Fatalf("gone %v resumed %v: want i-sb1 terminated, i-sb2 resumed", f.Gone, f.Resumed)
 	}
 	n := &corev1.Node{}
 	_ = c.Get(context.Background(), types.NamespacedName{Name: "spot-1"}, n)
@@ -219,10 +163,10 @@ func TestPoolInstancesAndUnknownInstancesAreIgnored(t *testing.T) {
 	ctrl, c, f, _ := setup(t, standbyNode("sb-1", "i-sb1", "4"))
 	ctx := context.Background()
 	// Lifeboat's own hibernation shows up as a state change of a pool instance.
-	for _, m := range []cloudinterruption.Message{
-		{Kind: cloudinterruption.KindStateChange, State: "stopping", InstanceIDs: []string{"i-sb1"}},
+	for _, m := range []interruptionqueue.Message{
+		{Kind: interruptionqueue.KindStateChange, State: "stopping", InstanceIDs: []string{"i-sb1"}},
 		spotMessage("i-unknown"),
-		{Kind: cloudinterruption.KindRebalanceRecommendation, InstanceIDs: []string{"i-sb1"}},
+		{Kind: interruptionqueue.KindRebalanceRecommendation, InstanceIDs: []string{"i-sb1"}},
 	} {
 		if err := deliver(t, ctrl, m)[0]; err != nil {
 			t.Fatal(err)
@@ -231,43 +175,7 @@ func TestPoolInstancesAndUnknownInstancesAreIgnored(t *testing.T) {
 	drain(t, ctrl)
 	n := &corev1.Node{}
 	_ = c.Get(ctx, types.NamespacedName{Name: "sb-1"}, n)
-	if len(f.resumed) != 0 || n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
-		t.Fatalf("pool node touched: resumed %v annotations %v", f.resumed, n.Annotations)
-	}
-}
-
-func TestActivatorRemovesStandbyTaintWhenReady(t *testing.T) {
-	n := standbyNode("sb-1", "i-sb1", "4")
-	n.Labels[v1alpha1.LabelState] = string(v1alpha1.NodeStateActive)
-	n.Annotations[v1alpha1.AnnotationActivatedAt] = "2026-11-29T21:00:00Z"
-	_, c, f, clk := setup(t, n)
-	a := NewActivator(c, f, clk, events.NewFakeRecorder(10))
-	ctx := context.Background()
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "sb-1"}}
-	// Not Ready, claimed just now: wait.
-	res, err := a.Reconcile(ctx, req)
-	if err != nil || res.RequeueAfter == 0 || len(f.resumed) != 0 {
-		t.Fatalf("res %+v err %v resumed %v", res, err, f.resumed)
-	}
-	// Still not Ready 40s later and the instance is stopped (a crash before StartInstances).
-	clk.Step(40 * time.Second)
-	if _, err := a.Reconcile(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	if f.resumed["i-sb1"] != 1 {
-		t.Fatalf("resumed %v, want i-sb1 started again", f.resumed)
-	}
-	// Ready: the standby taint goes.
-	_ = c.Get(ctx, req.NamespacedName, n)
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-	if err := c.Status().Update(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Reconcile(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.Get(ctx, req.NamespacedName, n)
-	if nodeutil.HasTaint(n, v1alpha1.TaintStandby) || !nodeutil.HasTaint(n, v1alpha1.TaintLifeboat) {
-		t.Fatalf("taints = %v, want lifeboat only", n.Spec.Taints)
+	if len(f.Resumed) != 0 || n.Annotations[v1alpha1.AnnotationInterruptedAt] != "" {
+		t.Fatalf("pool node touched: resumed %v annotations %v", f.Resumed, n.Annotations)
 	}
 }

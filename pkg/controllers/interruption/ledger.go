@@ -2,22 +2,20 @@ package interruption
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/marks"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
@@ -44,156 +42,6 @@ import (
 // started), mark the interrupted Node if its mark was never written; the interrupted Node's
 // decision is then made from its mark, counting the labelled claim.
 
-// ledgerView is one read of the ledger.
-type ledgerView struct {
-	// cm is the ledger as read; nil if it does not exist yet.
-	cm     *corev1.ConfigMap
-	byNode map[string]ledger.Claim
-}
-
-// readLedger reads the ledger. From the cache, a claim made an instant ago may be missing: the
-// write of claims planned on it then fails its resourceVersion precondition. A cached copy that
-// this process's own writes have superseded is replaced by the API server's answer to the last
-// of them (the next batch of a burst split over two receives must not lose a round trip to a
-// conflict with the first). Entries that do not parse still hold their nodes (and are logged).
-func (c *Controller) readLedger(ctx context.Context, from client.Reader) (*ledgerView, error) {
-	cm := &corev1.ConfigMap{}
-	err := from.Get(ctx, ledger.Key(c.Namespace), cm)
-	switch {
-	case apierrors.IsNotFound(err):
-		cm = nil
-	case err != nil:
-		return nil, fmt.Errorf("read the resume ledger %s: %w", ledger.Key(c.Namespace), err)
-	}
-	if newer := c.ownLedgerWrite(cm); newer != nil {
-		cm = newer
-	}
-	if cm == nil {
-		return &ledgerView{byNode: map[string]ledger.Claim{}}, nil
-	}
-	claims, err := ledger.Decode(cm)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Reading the resume ledger")
-	}
-	return &ledgerView{cm: cm, byNode: claims}, nil
-}
-
-// ownLedgerWrite returns the answer to this process's last ledger write if read (nil: not
-// found) is a version that write superseded; else nil. Once a read shows the last write, the
-// record of superseded versions is cleared.
-func (c *Controller) ownLedgerWrite(read *corev1.ConfigMap) *corev1.ConfigMap {
-	c.ledgerMu.Lock()
-	defer c.ledgerMu.Unlock()
-	last := c.ledgerLast
-	if last == nil {
-		return nil
-	}
-	switch {
-	case read == nil:
-		if c.ledgerSuperseded[""] {
-			return last.DeepCopy()
-		}
-	case read.ResourceVersion == last.ResourceVersion:
-		clear(c.ledgerSuperseded)
-	case c.ledgerSuperseded[read.ResourceVersion]:
-		return last.DeepCopy()
-	}
-	return nil
-}
-
-// recordLedgerWrite notes the API server's answer to this process's write of the ledger that
-// replaced version base ("" for a creation). Callers hold ledgerMu.
-func (c *Controller) recordLedgerWrite(base string, answer *corev1.ConfigMap) {
-	if c.ledgerSuperseded == nil {
-		c.ledgerSuperseded = map[string]bool{}
-	}
-	c.ledgerSuperseded[base] = true
-	c.ledgerLast = answer.DeepCopy()
-}
-
-// appendClaims adds claims to the ledger as read in l: a patch with its resourceVersion as
-// precondition, or the creation of the ledger if l found none (which fails if another writer
-// created it since). This process's ledger writes are serialized: if another batch of this
-// process wrote the ledger since l was read, the claims are added to that write's answer
-// instead (the batches reserve their picks from each other, so their claims cannot overlap;
-// if they do, it is a conflict). Any failure of the precondition is a conflict: plan again.
-func (c *Controller) appendClaims(ctx context.Context, l *ledgerView, claims []ledger.Claim) error {
-	c.ledgerMu.Lock()
-	defer c.ledgerMu.Unlock()
-	base := l.cm
-	if last := c.ledgerLast; last != nil && (base == nil && c.ledgerSuperseded[""] || base != nil && c.ledgerSuperseded[base.ResourceVersion]) {
-		base = last
-		for _, cl := range claims {
-			if _, taken := base.Data[cl.Node]; taken {
-				return apierrors.NewConflict(corev1.Resource("configmaps"), ledger.Name, fmt.Errorf("node %s was claimed by another batch", cl.Node))
-			}
-		}
-	}
-	entries := make(map[string]string, len(claims))
-	for _, cl := range claims {
-		entries[cl.Node] = ledger.Encode(cl)
-	}
-	if base == nil {
-		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ledger.Name, Labels: map[string]string{"app.kubernetes.io/part-of": "lifeboat", "app.kubernetes.io/component": "resume-ledger"}},
-			Data:       entries,
-		}
-		err := c.client.Create(ctx, cm)
-		if apierrors.IsAlreadyExists(err) {
-			return apierrors.NewConflict(corev1.Resource("configmaps"), ledger.Name, err)
-		}
-		if err == nil {
-			c.recordLedgerWrite("", cm)
-		}
-		return err
-	}
-	// The merge patch adds the claims' keys, with the resourceVersion read as precondition. It
-	// is written out directly: the burst's one write on the way to StartInstances, no diff of
-	// the whole ledger before it.
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]string{"resourceVersion": base.ResourceVersion},
-		"data":     entries,
-	})
-	if err != nil {
-		return err
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: base.Namespace, Name: base.Name}}
-	if err := c.client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return err
-	}
-	c.recordLedgerWrite(base.ResourceVersion, cm)
-	return nil
-}
-
-// removeClaims drops the entries drop selects from the ledger (read from the API server).
-func (c *Controller) removeClaims(ctx context.Context, drop func(ledger.Claim) bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c.ledgerMu.Lock()
-		defer c.ledgerMu.Unlock()
-		cm := &corev1.ConfigMap{}
-		if err := c.reader.Get(ctx, ledger.Key(c.Namespace), cm); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		claims, _ := ledger.Decode(cm)
-		before := cm.DeepCopy()
-		changed := false
-		for node, cl := range claims {
-			if drop(cl) {
-				delete(cm.Data, node)
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-		if err := c.client.Patch(ctx, cm, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		c.recordLedgerWrite(before.ResourceVersion, cm)
-		return nil
-	})
-}
-
 // labelClaim writes a ledger entry's claim on its Node: state active, resumed-for, the claim and
 // notice times, and the StartInstances time if started is set. The ledger entry owns the node
 // (no other writer claims a node in the ledger), so no precondition.
@@ -215,8 +63,6 @@ func (c *Controller) labelClaim(ctx context.Context, n *corev1.Node, cl ledger.C
 // ledgerPoll: how often the ledger is looked at again while it holds entries (a batch in
 // flight, or a cache behind the claim labels).
 const ledgerPoll = 100 * time.Millisecond
-
-func finishedKey(holder, node string) string { return holder + "|" + node }
 
 // reconcileLedger removes the ledger entries that are done with, and finishes the ones no batch
 // of this process finished. An entry is removed once the batch that wrote it is over (or it was
@@ -244,17 +90,17 @@ func (c *Controller) reconcileLedger(ctx context.Context, req reconcile.Request)
 			drop[node] = cl.Holder
 			continue
 		}
-		if _, inFlight := c.inflight.Load(cl.Holder); inFlight {
+		if c.holders.isRunning(cl.Holder) {
 			waiting = true
 			continue
 		}
-		if _, done := c.finished.Load(finishedKey(cl.Holder, node)); !done {
+		if !c.holders.isFinished(cl.Holder, node) {
 			log.Info("Finishing a resume claim left by an interrupted decision", "node", node, "instance", cl.InstanceID, "for", cl.For, "holder", cl.Holder)
 			if err := c.finishClaim(ctx, cl); err != nil {
 				errs = append(errs, fmt.Errorf("finish the claim of %s for %s: %w", node, cl.For, err))
 				continue
 			}
-			c.finished.Store(finishedKey(cl.Holder, node), struct{}{})
+			c.holders.finish(cl.Holder, node)
 		}
 		n := &corev1.Node{}
 		err := c.client.Get(ctx, types.NamespacedName{Name: node}, n)
@@ -273,7 +119,7 @@ func (c *Controller) reconcileLedger(ctx context.Context, req reconcile.Request)
 		}
 	}
 	if len(drop) > 0 {
-		err := c.removeClaims(ctx, func(cl ledger.Claim) bool {
+		err := c.ledger.Remove(ctx, func(cl ledger.Claim) bool {
 			holder, ok := drop[cl.Node]
 			return ok && holder == cl.Holder
 		})
@@ -281,7 +127,7 @@ func (c *Controller) reconcileLedger(ctx context.Context, req reconcile.Request)
 			errs = append(errs, err)
 		} else {
 			for node, holder := range drop {
-				c.finished.Delete(finishedKey(holder, node))
+				c.holders.forget(holder, node)
 			}
 		}
 	}
@@ -339,11 +185,11 @@ func (c *Controller) finishClaim(ctx context.Context, cl ledger.Claim) error {
 	}
 	source := cl.Source
 	if source == "" {
-		source = SourceKarpenterEvent
+		source = marks.SourceKarpenterEvent
 	}
-	if _, err := c.mark(ctx, x, source, at); err != nil {
+	if _, err := c.marks.Write(ctx, x, source, at); err != nil {
 		return err
 	}
-	c.requestDecision(x.Name)
+	c.RequestDecision(x.Name)
 	return nil
 }

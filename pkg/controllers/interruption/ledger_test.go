@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 )
 
@@ -27,7 +27,7 @@ func orphanedClaim(holder string) *corev1.ConfigMap {
 
 func reconcilePool(t *testing.T, ctrl *Controller) {
 	t.Helper()
-	if _, err := ctrl.reconcileLedger(context.Background(), reconcile.Request{NamespacedName: ledger.Key(ctrl.Namespace)}); err != nil {
+	if _, err := ctrl.reconcileLedger(context.Background(), reconcile.Request{NamespacedName: ledger.Key(ctrl.ledger.Namespace())}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -65,9 +65,9 @@ func TestLedgerReplay(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store := fakeStore(orphanedClaim("dead/7"), spotNode("spot-1", "i-spot1"), protectedPod("a", "spot-1", "3"), standbyNode("sb-1", "i-sb1", "4"), standbyNode("sb-2", "i-sb2", "4"))
 			ctrl, f := newController(store, store)
-			f.running = map[string]bool{"i-sb1": tc.startedBeforeCrash}
+			f.Running = map[string]bool{"i-sb1": tc.startedBeforeCrash}
 			if tc.inFlight {
-				ctrl.inflight.Store("dead/7", struct{}{})
+				ctrl.holders.run("dead/7")
 			}
 			if tc.redeliver {
 				if err := deliver(t, ctrl, spotMessage("i-spot1"))[0]; err != nil {
@@ -77,8 +77,8 @@ func TestLedgerReplay(t *testing.T) {
 			reconcilePool(t, ctrl)
 			drainConcurrently(t, ctrl)
 
-			if got := totalResumed(f); got != tc.wantResumed {
-				t.Fatalf("StartInstances for %v, want %d", f.resumed, tc.wantResumed)
+			if got := f.TotalResumed(); got != tc.wantResumed {
+				t.Fatalf("StartInstances for %v, want %d", f.Resumed, tc.wantResumed)
 			}
 			sb1, spot := nodeNamed(t, store, "sb-1"), nodeNamed(t, store, "spot-1")
 			if tc.inFlight {
@@ -133,8 +133,8 @@ func TestSplitBurstNoConflict(t *testing.T) {
 		}
 	}
 	d1, d2 := decisionOf(t, api, "spot-1"), decisionOf(t, api, "spot-2")
-	if d1 == "" || d2 == "" || d1 == d2 || totalResumed(f) != 2 {
-		t.Fatalf("decisions %q and %q, resumed %v: want two distinct lifeboats", d1, d2, f.resumed)
+	if d1 == "" || d2 == "" || d1 == d2 || f.TotalResumed() != 2 {
+		t.Fatalf("decisions %q and %q, resumed %v: want two distinct lifeboats", d1, d2, f.Resumed)
 	}
 	if got := lists.count(v1alpha1.LabelPool); got != 0 {
 		t.Errorf("%d pool-node lists from the API server, want none (no conflict)", got)
@@ -177,17 +177,15 @@ func TestGatheredReceivesAreOneBatch(t *testing.T) {
 	}()
 
 	var once sync.Once
-	release := ctrl.Gather()
+	release := ctrl.HoldBatchOpen()
 	results := make(chan []error, 2)
-	go func() { results <- ctrl.HandleBatch(ctx, []cloudinterruption.Message{spotMessage("i-spot1")}) }()
+	go func() { results <- ctrl.intake.HandleBatch(ctx, []interruptionqueue.Message{spotMessage("i-spot1")}) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctrl.batch.mu.Lock()
 		waiting := len(ctrl.batch.pending)
 		ctrl.batch.mu.Unlock()
-		f.mu.Lock()
-		started := len(f.batches)
-		f.mu.Unlock()
+		started := f.BatchCount()
 		if waiting == 1 || started > 0 {
 			break
 		}
@@ -197,14 +195,12 @@ func TestGatheredReceivesAreOneBatch(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
-	f.mu.Lock()
-	early := len(f.batches)
-	f.mu.Unlock()
+	early := f.BatchCount()
 	if early != 0 {
 		t.Fatalf("StartInstances called %d times before the rest of the burst was announced, want 0 (batch held open)", early)
 	}
 	go func() {
-		results <- ctrl.HandleBatch(cloudinterruption.WithAnnounce(ctx, func() { once.Do(release) }), []cloudinterruption.Message{spotMessage("i-spot2")})
+		results <- ctrl.intake.HandleBatch(interruptionqueue.WithBatchTakenIn(ctx, func() { once.Do(release) }), []interruptionqueue.Message{spotMessage("i-spot2")})
 	}()
 	for range 2 {
 		for _, err := range <-results {
@@ -215,8 +211,8 @@ func TestGatheredReceivesAreOneBatch(t *testing.T) {
 	}
 	close(stop)
 	workers.Wait()
-	if len(f.batches) != 1 || len(f.batches[0]) != 2 {
-		t.Fatalf("StartInstances calls %v, want one with both instances", f.batches)
+	if len(f.Batches) != 1 || len(f.Batches[0]) != 2 {
+		t.Fatalf("StartInstances calls %v, want one with both instances", f.Batches)
 	}
 	if d1, d2 := decisionOf(t, api, "spot-1"), decisionOf(t, api, "spot-2"); d1 == "" || d2 == "" || d1 == d2 {
 		t.Fatalf("decisions %q and %q, want two distinct lifeboats", d1, d2)

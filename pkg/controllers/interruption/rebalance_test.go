@@ -16,7 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/marks"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
 
@@ -30,19 +31,19 @@ func warmPoolWith(name string, policy v1alpha1.RebalancePolicy) *v1alpha1.WarmPo
 	return &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.WarmPoolSpec{RebalanceRecommendation: policy}}
 }
 
-func rebalanceMessage(id string) cloudinterruption.Message {
-	return cloudinterruption.Message{Kind: cloudinterruption.KindRebalanceRecommendation, InstanceIDs: []string{id}, Time: time.Date(2026, 11, 29, 20, 59, 59, 0, time.UTC)}
+func rebalanceMessage(id string) interruptionqueue.Message {
+	return interruptionqueue.Message{Kind: interruptionqueue.KindRebalanceRecommendation, InstanceIDs: []string{id}, Time: time.Date(2026, 11, 29, 20, 59, 59, 0, time.UTC)}
 }
 
 // rebalanceMarked is spot-1 as a rebalance recommendation left it before its decision.
 func rebalanceMarked() *corev1.Node {
 	n := spotNode("spot-1", "i-spot1")
-	n.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T20:59:00Z", v1alpha1.AnnotationInterruptionSource: SourceRebalance}
+	n.Annotations = map[string]string{v1alpha1.AnnotationInterruptedAt: "2026-11-29T20:59:00Z", v1alpha1.AnnotationInterruptionSource: marks.SourceRebalance}
 	n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule}}
 	return n
 }
 
-func handle(t *testing.T, ctrl *Controller, msgs ...cloudinterruption.Message) {
+func handle(t *testing.T, ctrl *Controller, msgs ...interruptionqueue.Message) {
 	t.Helper()
 	for i, err := range deliver(t, ctrl, msgs...) {
 		if err != nil {
@@ -61,16 +62,6 @@ func annotationsOf(t *testing.T, c client.Reader, node string) map[string]string
 	return n.Annotations
 }
 
-func totalResumed(f *fakeInstances) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	total := 0
-	for _, n := range f.resumed {
-		total += n
-	}
-	return total
-}
-
 // TestInterruptionAfterPreResumeResumesNothingMore: a rebalance recommendation pre-resumed a
 // lifeboat; the Spot interruption of the same Node re-marks it and plans again, counting the
 // active lifeboat: nothing more is resumed. Duplicates of the interruption (SQS, Karpenter's
@@ -84,10 +75,10 @@ func TestInterruptionAfterPreResumeResumesNothingMore(t *testing.T) {
 
 	handle(t, ctrl, rebalanceMessage("i-spot1"))
 	lifeboat := decisionOf(t, api, "spot-1")
-	if totalResumed(f) != 1 || (lifeboat != "sb-1" && lifeboat != "sb-2") {
-		t.Fatalf("pre-resume: resumed %v decision %q, want one lifeboat", f.resumed, lifeboat)
+	if f.TotalResumed() != 1 || (lifeboat != "sb-1" && lifeboat != "sb-2") {
+		t.Fatalf("pre-resume: resumed %v decision %q, want one lifeboat", f.Resumed, lifeboat)
 	}
-	if src := annotationsOf(t, api, "spot-1")[v1alpha1.AnnotationInterruptionSource]; src != SourceRebalance {
+	if src := annotationsOf(t, api, "spot-1")[v1alpha1.AnnotationInterruptionSource]; src != marks.SourceRebalance {
 		t.Fatalf("source %q after the recommendation", src)
 	}
 
@@ -95,30 +86,30 @@ func TestInterruptionAfterPreResumeResumesNothingMore(t *testing.T) {
 	interruptedAt := nodeutil.FormatTime(clk.Now())
 	handle(t, ctrl, spotMessage("i-spot1"))
 	a := annotationsOf(t, api, "spot-1")
-	if a[v1alpha1.AnnotationInterruptionSource] != "sqs/"+string(cloudinterruption.KindSpotInterruption) || a[v1alpha1.AnnotationInterruptedAt] != interruptedAt {
+	if a[v1alpha1.AnnotationInterruptionSource] != "sqs/"+string(interruptionqueue.KindSpotInterruption) || a[v1alpha1.AnnotationInterruptedAt] != interruptedAt {
 		t.Fatalf("after the interruption: annotations %v, want it re-marked at %s", a, interruptedAt)
 	}
-	if totalResumed(f) != 1 || a[v1alpha1.AnnotationResumeDecision] != lifeboat {
-		t.Fatalf("after the interruption: resumed %v decision %q, want still only %s", f.resumed, a[v1alpha1.AnnotationResumeDecision], lifeboat)
+	if f.TotalResumed() != 1 || a[v1alpha1.AnnotationResumeDecision] != lifeboat {
+		t.Fatalf("after the interruption: resumed %v decision %q, want still only %s", f.Resumed, a[v1alpha1.AnnotationResumeDecision], lifeboat)
 	}
 
 	// Duplicates, and Karpenter's event, later: the re-mark is not repeated.
 	clk.Step(30 * time.Second)
-	handle(t, ctrl, spotMessage("i-spot1"), cloudinterruption.Message{Kind: cloudinterruption.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}}, rebalanceMessage("i-spot1"))
+	handle(t, ctrl, spotMessage("i-spot1"), interruptionqueue.Message{Kind: interruptionqueue.KindStateChange, State: "shutting-down", InstanceIDs: []string{"i-spot1"}}, rebalanceMessage("i-spot1"))
 	n := &corev1.Node{}
 	if err := api.Get(ctx, types.NamespacedName{Name: "spot-1"}, n); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctrl.Mark(ctx, n, SourceKarpenterEvent, clk.Now()); err != nil {
+	if err := ctrl.intake.Mark(ctx, n, marks.SourceKarpenterEvent, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	drainConcurrently(t, ctrl)
 	a = annotationsOf(t, api, "spot-1")
-	if a[v1alpha1.AnnotationInterruptedAt] != interruptedAt || a[v1alpha1.AnnotationInterruptionSource] != "sqs/"+string(cloudinterruption.KindSpotInterruption) || a[v1alpha1.AnnotationResumeDecision] != lifeboat {
+	if a[v1alpha1.AnnotationInterruptedAt] != interruptedAt || a[v1alpha1.AnnotationInterruptionSource] != "sqs/"+string(interruptionqueue.KindSpotInterruption) || a[v1alpha1.AnnotationResumeDecision] != lifeboat {
 		t.Fatalf("after the duplicates: annotations %v, want the interruption's mark and decision unchanged", a)
 	}
-	if totalResumed(f) != 1 || len(f.batches) != 1 {
-		t.Fatalf("after the duplicates: resumed %v in %v, want one StartInstances in all", f.resumed, f.batches)
+	if f.TotalResumed() != 1 || len(f.Batches) != 1 {
+		t.Fatalf("after the duplicates: resumed %v in %v, want one StartInstances in all", f.Resumed, f.Batches)
 	}
 }
 
@@ -130,12 +121,12 @@ func TestInterruptionAfterPreResumeWithoutStandby(t *testing.T) {
 	ctrl, f := newController(api, api)
 
 	handle(t, ctrl, rebalanceMessage("i-spot1"))
-	if d := decisionOf(t, api, "spot-1"); d != "none" || totalResumed(f) != 0 {
-		t.Fatalf("pre-resume: decision %q resumed %v, want none from the empty PreResume pool", d, f.resumed)
+	if d := decisionOf(t, api, "spot-1"); d != "none" || f.TotalResumed() != 0 {
+		t.Fatalf("pre-resume: decision %q resumed %v, want none from the empty PreResume pool", d, f.Resumed)
 	}
 	handle(t, ctrl, spotMessage("i-spot1"), spotMessage("i-spot1"))
-	if d := decisionOf(t, api, "spot-1"); d != "sb-1" || f.resumed["i-sb1"] != 1 || totalResumed(f) != 1 {
-		t.Fatalf("interruption: decision %q resumed %v, want sb-1 once", d, f.resumed)
+	if d := decisionOf(t, api, "spot-1"); d != "sb-1" || f.Resumed["i-sb1"] != 1 || f.TotalResumed() != 1 {
+		t.Fatalf("interruption: decision %q resumed %v, want sb-1 once", d, f.Resumed)
 	}
 }
 
@@ -162,8 +153,8 @@ func TestInterruptionAfterHandedOffPreResume(t *testing.T) {
 
 	handle(t, ctrl, spotMessage("i-spot1"))
 	second := decisionOf(t, api, "spot-1")
-	if second == "" || second == first || totalResumed(f) != 2 {
-		t.Fatalf("decision %q (pre-resume %q) resumed %v, want another lifeboat for the interruption", second, first, f.resumed)
+	if second == "" || second == first || f.TotalResumed() != 2 {
+		t.Fatalf("decision %q (pre-resume %q) resumed %v, want another lifeboat for the interruption", second, first, f.Resumed)
 	}
 }
 
@@ -181,11 +172,11 @@ func TestInterruptionDuringPreResumeDecision(t *testing.T) {
 	)
 	c := interceptor.NewClient(store, interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 		a := obj.GetAnnotations()
-		if obj.GetName() == "spot-1" && a[v1alpha1.AnnotationResumeDecision] != "" && a[v1alpha1.AnnotationInterruptionSource] == SourceRebalance && !raced.Swap(true) {
+		if obj.GetName() == "spot-1" && a[v1alpha1.AnnotationResumeDecision] != "" && a[v1alpha1.AnnotationInterruptionSource] == marks.SourceRebalance && !raced.Swap(true) {
 			// The interruption arrives while the recommendation's decision is written; its
 			// handler waits for its own decision, so it runs on its own.
-			go func() { errc <- ctrl.HandleMessage(context.Background(), spotMessage("i-spot1")) }()
-			for n := ctrl.pendingNotice("spot-1"); n == nil || ctrl.sourceOf(n) == SourceRebalance; n = ctrl.pendingNotice("spot-1") {
+			go func() { errc <- ctrl.intake.HandleMessage(context.Background(), spotMessage("i-spot1")) }()
+			for n := ctrl.notices.Pending("spot-1"); n == nil || ctrl.notices.Source(n) == marks.SourceRebalance; n = ctrl.notices.Pending("spot-1") {
 				time.Sleep(time.Millisecond)
 			}
 		}
@@ -206,8 +197,8 @@ func TestInterruptionDuringPreResumeDecision(t *testing.T) {
 		}
 	}
 	a := annotationsOf(t, store, "spot-1")
-	if !raced.Load() || a[v1alpha1.AnnotationResumeDecision] != "sb-1" || f.resumed["i-sb1"] != 1 || totalResumed(f) != 1 {
-		t.Fatalf("raced %v annotations %v resumed %v, want the interruption's decision sb-1", raced.Load(), a, f.resumed)
+	if !raced.Load() || a[v1alpha1.AnnotationResumeDecision] != "sb-1" || f.Resumed["i-sb1"] != 1 || f.TotalResumed() != 1 {
+		t.Fatalf("raced %v annotations %v resumed %v, want the interruption's decision sb-1", raced.Load(), a, f.Resumed)
 	}
 }
 
@@ -226,8 +217,8 @@ func TestCacheLagsRemark(t *testing.T) {
 	ctrl, f := newController(cache, api)
 
 	handle(t, ctrl, spotMessage("i-spot1"))
-	if d := decisionOf(t, api, "spot-1"); d != "sb-1" || f.resumed["i-sb1"] != 1 {
-		t.Fatalf("decision %q resumed %v, want sb-1 (every pool) for the interruption", d, f.resumed)
+	if d := decisionOf(t, api, "spot-1"); d != "sb-1" || f.Resumed["i-sb1"] != 1 {
+		t.Fatalf("decision %q resumed %v, want sb-1 (every pool) for the interruption", d, f.Resumed)
 	}
 }
 
@@ -250,8 +241,8 @@ func TestPreResumePoolsReadError(t *testing.T) {
 			t.Fatalf("HandleMessage = %v, want the list error", err)
 		}
 		drainConcurrently(t, ctrl)
-		if a := annotationsOf(t, store, "spot-1"); a[v1alpha1.AnnotationInterruptedAt] != "" || totalResumed(f) != 0 {
-			t.Fatalf("annotations %v resumed %v, want nothing done", a, f.resumed)
+		if a := annotationsOf(t, store, "spot-1"); a[v1alpha1.AnnotationInterruptedAt] != "" || f.TotalResumed() != 0 {
+			t.Fatalf("annotations %v resumed %v, want nothing done", a, f.Resumed)
 		}
 	})
 	t.Run("decision", func(t *testing.T) {
@@ -262,8 +253,8 @@ func TestPreResumePoolsReadError(t *testing.T) {
 		if !errors.Is(err, errList) {
 			t.Fatalf("Reconcile = %v, want the list error", err)
 		}
-		if d := decisionOf(t, store, "spot-1"); d != "" || totalResumed(f) != 0 {
-			t.Fatalf("decision %q resumed %v, want no decision (sb-1 is in a pool without PreResume)", d, f.resumed)
+		if d := decisionOf(t, store, "spot-1"); d != "" || f.TotalResumed() != 0 {
+			t.Fatalf("decision %q resumed %v, want no decision (sb-1 is in a pool without PreResume)", d, f.Resumed)
 		}
 	})
 }

@@ -1,7 +1,8 @@
-// Package ledger is the format of the resume ledger: the ConfigMap in which the interruption
-// controller records a burst's claims on standby nodes, in one write, before it starts their
-// instances (see pkg/controllers/interruption). One key per claimed node; the value is the claim
-// as JSON. The ConfigMap is Lifeboat's state, not configuration: do not edit it.
+// Package ledger is the resume ledger: the ConfigMap in which the interruption controller
+// records a burst's claims on standby nodes, in one write, before it starts their instances
+// (the protocol is in pkg/controllers/interruption). This file is its format: one key per
+// claimed node; the value is the claim as JSON. Store reads and writes it for one process. The
+// ConfigMap is Lifeboat's state, not configuration: do not edit it.
 package ledger
 
 import (

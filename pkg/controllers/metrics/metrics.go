@@ -14,11 +14,13 @@ var (
 		Name: "lifeboat_pool_nodes",
 		Help: "Warm-pool nodes by pool and state (warming, standby, active, draining).",
 	}, []string{"pool", "state"})
-	// Interruptions: lifeboat_interruptions_total{pool_type,zone}.
+	// Interruptions: lifeboat_interruptions_total{instance_type,zone}. The label was called
+	// pool_type until 2026-12 although it always held the instance type (docs/WARMPOOL.md
+	// "Metrics").
 	Interruptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_interruptions_total",
 		Help: "Interrupted nodes (first notice per node) by instance type and zone.",
-	}, []string{"pool_type", "zone"})
+	}, []string{"instance_type", "zone"})
 	// ResumeSeconds: lifeboat_resume_seconds{phase}: notice → StartInstances issued
 	// (phase=start_instances) and notice → resumed Node Ready (phase=node_ready).
 	ResumeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -37,6 +39,11 @@ var (
 		Name: "lifeboat_pool_cost_dollars",
 		Help: "Estimated cost of the pool in dollars per hour, by component: ebs (root volumes of all pool instances, hibernated or not) and compute (running pool instances at the configured On-Demand price).",
 	}, []string{"pool", "component"})
+	// PoolMonthlyCostDollars: lifeboat_pool_monthly_cost_dollars{pool,protection}.
+	PoolMonthlyCostDollars = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_pool_monthly_cost_dollars",
+		Help: "Estimated monthly cost of the pool's cover (its desired standby nodes), by protection: warm_pool (hibernated: root volumes) and overprovisioning (the same nodes running as Spot, with their volumes; absent without an On-Demand price).",
+	}, []string{"pool", "protection"})
 	// ResumeDecisions: lifeboat_resume_decisions_total{outcome}.
 	ResumeDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lifeboat_resume_decisions_total",
@@ -65,6 +72,6 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(PoolNodes, Interruptions, ResumeSeconds, HandoffSeconds, PoolCostDollars, ResumeDecisions,
+	crmetrics.Registry.MustRegister(PoolNodes, Interruptions, ResumeSeconds, HandoffSeconds, PoolCostDollars, PoolMonthlyCostDollars, ResumeDecisions,
 		BridgeHolds, BridgeReleases, BridgeRemoved)
 }

@@ -2,9 +2,6 @@ package recycle
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,46 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/cloudtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
-
-type fakeInstances struct {
-	mu         sync.Mutex
-	instances  map[string]*cloud.Instance
-	terminated []string
-	hibernated []string
-}
-
-func (f *fakeInstances) Launch(context.Context, cloud.LaunchRequest) (*cloud.Instance, error) {
-	return nil, errors.New("recycle never launches")
-}
-func (f *fakeInstances) Hibernate(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.hibernated = append(f.hibernated, id)
-	return nil
-}
-func (f *fakeInstances) Resume(context.Context, string) error {
-	return errors.New("recycle never resumes")
-}
-func (f *fakeInstances) Terminate(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.terminated = append(f.terminated, id)
-	return nil
-}
-func (f *fakeInstances) List(context.Context, string) ([]cloud.Instance, error) { return nil, nil }
-func (f *fakeInstances) Get(_ context.Context, id string) (*cloud.Instance, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	in, ok := f.instances[id]
-	if !ok {
-		return nil, fmt.Errorf("describe %s: %w", id, cloud.ErrNotFound)
-	}
-	cp := *in
-	return &cp, nil
-}
 
 // servedNode is a lifeboat node at the end of its handoff: draining, cordoned, claim traces on.
 func servedNode() *corev1.Node {
@@ -77,7 +37,7 @@ func servedNode() *corev1.Node {
 	}
 }
 
-func setup(t *testing.T, pool *v1alpha1.WarmPool, objs ...client.Object) (*Controller, client.Client, *fakeInstances) {
+func setup(t *testing.T, pool *v1alpha1.WarmPool, objs ...client.Object) (*Controller, client.Client, *cloudtest.Instances) {
 	t.Helper()
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
@@ -88,7 +48,8 @@ func setup(t *testing.T, pool *v1alpha1.WarmPool, objs ...client.Object) (*Contr
 		b = b.WithObjects(pool).WithStatusSubresource(pool)
 	}
 	c := b.Build()
-	f := &fakeInstances{instances: map[string]*cloud.Instance{"i-1": running()}}
+	f := cloudtest.New()
+	f.Known["i-1"] = running()
 	return New(c, f, clocktesting.NewFakeClock(now), events.NewFakeRecorder(100)), c, f
 }
 
@@ -108,8 +69,8 @@ func TestRehibernateReturnsNodeToWarming(t *testing.T) {
 	if err := c.Get(context.Background(), types.NamespacedName{Name: "lb-1"}, n); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.terminated) != 0 {
-		t.Fatalf("terminated %v, want nothing (the instance returns to its slot)", f.terminated)
+	if len(f.Terminated) != 0 {
+		t.Fatalf("terminated %v, want nothing (the instance returns to its slot)", f.Terminated)
 	}
 	if got := nodeutil.State(n); got != v1alpha1.NodeStateWarming {
 		t.Errorf("state %q, want warming (the warmpool controller hibernates it)", got)
@@ -130,18 +91,18 @@ func TestRehibernateReturnsNodeToWarming(t *testing.T) {
 	}
 	// A second pass (the node is no longer draining) does nothing.
 	reconcileNode(t, ctrl)
-	if len(f.terminated)+len(f.hibernated) != 0 {
-		t.Fatalf("second pass acted: terminated %v hibernated %v", f.terminated, f.hibernated)
+	if len(f.Terminated)+len(f.Hibernated) != 0 {
+		t.Fatalf("second pass acted: terminated %v hibernated %v", f.Terminated, f.Hibernated)
 	}
 }
 
 func TestRehibernateFallsBackToTerminate(t *testing.T) {
-	for name, mutate := range map[string]func(*fakeInstances, *v1alpha1.WarmPool){
-		"older than maxStandbyAge": func(f *fakeInstances, _ *v1alpha1.WarmPool) {
-			f.instances["i-1"].LaunchTime = now.Add(-1000 * time.Hour)
+	for name, mutate := range map[string]func(*cloudtest.Instances, *v1alpha1.WarmPool){
+		"older than maxStandbyAge": func(f *cloudtest.Instances, _ *v1alpha1.WarmPool) {
+			f.Known["i-1"].LaunchTime = now.Add(-1000 * time.Hour)
 		},
-		"slot refilled": func(_ *fakeInstances, p *v1alpha1.WarmPool) { p.Status.Slots[0].Generation++ },
-		"instance gone": func(f *fakeInstances, _ *v1alpha1.WarmPool) { delete(f.instances, "i-1") },
+		"slot refilled": func(_ *cloudtest.Instances, p *v1alpha1.WarmPool) { p.Status.Slots[0].Generation++ },
+		"instance gone": func(f *cloudtest.Instances, _ *v1alpha1.WarmPool) { delete(f.Known, "i-1") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			pool := testPool(v1alpha1.AfterUseRehibernate)
@@ -151,8 +112,8 @@ func TestRehibernateFallsBackToTerminate(t *testing.T) {
 				t.Fatal(err)
 			}
 			reconcileNode(t, ctrl)
-			if len(f.terminated) != 1 || f.terminated[0] != "i-1" {
-				t.Fatalf("terminated %v, want [i-1]", f.terminated)
+			if len(f.Terminated) != 1 || f.Terminated[0] != "i-1" {
+				t.Fatalf("terminated %v, want [i-1]", f.Terminated)
 			}
 			n := &corev1.Node{}
 			if err := c.Get(context.Background(), types.NamespacedName{Name: "lb-1"}, n); err != nil {
@@ -162,10 +123,10 @@ func TestRehibernateFallsBackToTerminate(t *testing.T) {
 				t.Fatalf("state %q recycled-at %q: want the terminate decision recorded on the draining node", nodeutil.State(n), n.Annotations[v1alpha1.AnnotationRecycledAt])
 			}
 			// A restart after the decision repeats the termination, never re-hibernates.
-			f.instances["i-1"] = running()
+			f.Known["i-1"] = running()
 			reconcileNode(t, ctrl)
-			if len(f.terminated) != 2 {
-				t.Fatalf("terminated %v after a repeated pass, want i-1 twice (idempotent)", f.terminated)
+			if len(f.Terminated) != 2 {
+				t.Fatalf("terminated %v after a repeated pass, want i-1 twice (idempotent)", f.Terminated)
 			}
 		})
 	}
@@ -177,7 +138,7 @@ func TestNotEmptyWaits(t *testing.T) {
 	if res := reconcileNode(t, ctrl); res.RequeueAfter == 0 {
 		t.Errorf("no requeue while a Pod is left")
 	}
-	if len(f.terminated) != 0 {
-		t.Fatalf("terminated %v with a Pod left", f.terminated)
+	if len(f.Terminated) != 0 {
+		t.Fatalf("terminated %v with a Pod left", f.Terminated)
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/ledger"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cost"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sizing"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
@@ -56,9 +57,9 @@ type Options struct {
 	Resync time.Duration
 	// Busy: requeue period while the pool converges. Default 5s.
 	Busy time.Duration
-	// OnDemandHourlyPrice and EBSGiBMonthPrice feed lifeboat_pool_cost_dollars.
-	OnDemandHourlyPrice float64
-	EBSGiBMonthPrice    float64
+	// Prices feed status.cost and the cost metrics; a WarmPool's spec.pricing overrides them.
+	// Unset EBS and Spot prices take cost's defaults.
+	Prices cost.Prices
 }
 
 func (o *Options) defaults() {
@@ -77,8 +78,11 @@ func (o *Options) defaults() {
 	if o.Busy == 0 {
 		o.Busy = 5 * time.Second
 	}
-	if o.EBSGiBMonthPrice == 0 {
-		o.EBSGiBMonthPrice = 0.08 // gp3, us-east-1
+	if o.Prices.EBSGiBMonth == 0 {
+		o.Prices.EBSGiBMonth = cost.DefaultEBSGiBMonth
+	}
+	if o.Prices.SpotFraction == 0 {
+		o.Prices.SpotFraction = cost.DefaultSpotFraction
 	}
 }
 
@@ -214,8 +218,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 
-	c.recordMetrics(pool, plan, instances, nodes)
-	if err := c.updateStatus(ctx, pool, plan, desired, images, sizeNote, degraded); err != nil {
+	est := estimate(pool, desired, instances, c.opts.Prices)
+	c.recordMetrics(pool, plan, est)
+	if err := c.updateStatus(ctx, pool, plan, desired, images, sizeNote, degraded, est); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -591,28 +596,25 @@ func (c *Controller) cleanupPrePull(ctx context.Context, pool *v1alpha1.WarmPool
 	return nil
 }
 
-func (c *Controller) recordMetrics(pool *v1alpha1.WarmPool, plan Plan, instances []cloud.Instance, nodes map[string]*corev1.Node) {
+func (c *Controller) recordMetrics(pool *v1alpha1.WarmPool, plan Plan, est cost.Estimate) {
 	metrics.PoolNodes.WithLabelValues(pool.Name, string(v1alpha1.NodeStateWarming)).Set(float64(plan.Warming))
 	metrics.PoolNodes.WithLabelValues(pool.Name, string(v1alpha1.NodeStateStandby)).Set(float64(plan.StandbyCount))
 	metrics.PoolNodes.WithLabelValues(pool.Name, string(v1alpha1.NodeStateActive)).Set(float64(plan.Active))
 	metrics.PoolNodes.WithLabelValues(pool.Name, string(v1alpha1.NodeStateDraining)).Set(float64(plan.Draining))
-	running := 0
-	for _, in := range instances {
-		if in.State == cloud.StateRunning || in.State == cloud.StatePending {
-			running++
-		}
+	metrics.PoolCostDollars.WithLabelValues(pool.Name, "ebs").Set(est.HourlyVolumes)
+	metrics.PoolCostDollars.WithLabelValues(pool.Name, "compute").Set(est.HourlyCompute)
+	metrics.PoolMonthlyCostDollars.WithLabelValues(pool.Name, "warm_pool").Set(est.WarmPoolMonthly)
+	if est.ComputeKnown {
+		metrics.PoolMonthlyCostDollars.WithLabelValues(pool.Name, "overprovisioning").Set(est.OverprovisioningMonthly)
+	} else {
+		metrics.PoolMonthlyCostDollars.DeleteLabelValues(pool.Name, "overprovisioning")
 	}
-	gib := float64(pool.Spec.RootVolumeGiB)
-	if gib == 0 {
-		gib = 30
-	}
-	metrics.PoolCostDollars.WithLabelValues(pool.Name, "ebs").Set(float64(len(instances)) * gib * c.opts.EBSGiBMonthPrice / 730)
-	metrics.PoolCostDollars.WithLabelValues(pool.Name, "compute").Set(float64(running) * c.opts.OnDemandHourlyPrice)
 }
 
-func (c *Controller) updateStatus(ctx context.Context, pool *v1alpha1.WarmPool, plan Plan, desired int, images []string, sizeNote, degraded string) error {
+func (c *Controller) updateStatus(ctx context.Context, pool *v1alpha1.WarmPool, plan Plan, desired int, images []string, sizeNote, degraded string, est cost.Estimate) error {
 	before := pool.Status.DeepCopy()
 	st := &pool.Status
+	st.Cost = costStatus(est)
 	st.ObservedGeneration = pool.Generation
 	st.Desired = int32(desired)
 	st.Warming, st.Standby, st.Active, st.Draining = plan.Warming, plan.StandbyCount, plan.Active, plan.Draining

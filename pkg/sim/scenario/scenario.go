@@ -111,7 +111,7 @@ type Workload struct {
 	Replicas  int32  `yaml:"replicas"`
 	CPU       string `yaml:"cpu"`
 	Memory    string `yaml:"memory"`
-	// Tier: critical, stateless, checkpointed, best-effort (DESIGN.md "Tiers").
+	// Tier: critical, stateless, checkpointed, best-effort (docs/ARCHITECTURE.md "Tiers").
 	Tier string `yaml:"tier,omitempty"`
 	// Protected turns Lifeboat on for the workload (in lifeboat mode).
 	Protected bool `yaml:"protected"`
@@ -161,6 +161,10 @@ type WarmPool struct {
 	AfterUse       string   `yaml:"afterUse,omitempty"` // Terminate, Rehibernate
 	// EBSGiBPerNode prices the hibernated volume (cost model).
 	EBSGiBPerNode int `yaml:"ebsGiBPerNode,omitempty"`
+	// Bridge false runs Lifeboat without the bridge (no eviction holds, no surge before the
+	// drain; lifeboat-controller --disable-bridge, lifeboat-webhook --eviction-pending-hold=0),
+	// to measure what the bridge changes. Default true.
+	Bridge *bool `yaml:"bridge,omitempty"`
 }
 
 // EventKind is what happens at an event's time.

@@ -24,6 +24,10 @@ type LifeboatPlacementArgs struct {
 	// InterruptionTaintKeys mark nodes under interruption or disruption; nodes carrying any of
 	// them (whatever the effect or value) are never chosen.
 	InterruptionTaintKeys []string
+	// ReclaimedPoolWait is how long after a lifeboat node's start request a protected Pod it
+	// will take may wait for it instead of landing on a node of a Spot capacity pool being
+	// reclaimed. Zero disables the wait.
+	ReclaimedPoolWait metav1.Duration
 }
 
 // CapacityPoolSpreadArgs configures the CapacityPoolSpread score.

@@ -56,6 +56,9 @@ func TestCRDValidation(t *testing.T) {
 		{"karpenter-tag", valid + "  tags: {karpenter.sh/nodepool: x}\n", "tags must not use the karpenter.sh/"},
 		{"reserved-label", valid + "  nodeLabels: {lifeboat.dev/state: active}\n", "nodeLabels must not use the lifeboat.dev/"},
 		{"short-deadline", valid + "  handoffDeadline: 10s\n", "handoffDeadline must be at least 1m"},
+		{"price-not-a-number", valid + "  pricing: {onDemandHourly: \"$0.19\"}\n", "spec.pricing.onDemandHourly"},
+		{"spot-fraction-above-one", valid + "  pricing: {spotFraction: \"1.5\"}\n", "spec.pricing.spotFraction"},
+		{"negative-ebs-price", valid + "  pricing: {ebsGiBMonth: \"-0.08\"}\n", "spec.pricing.ebsGiBMonth"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,6 +74,9 @@ func TestCRDValidation(t *testing.T) {
 
 	if err := create("minimal", valid+"  size: auto\n"); err != nil {
 		t.Fatalf("valid WarmPool rejected: %v", err)
+	}
+	if err := create("priced", valid+"  pricing: {onDemandHourly: \"0.192\", spotFraction: \"0.35\", ebsGiBMonth: \"0.08\"}\n"); err != nil {
+		t.Fatalf("WarmPool with valid prices rejected: %v", err)
 	}
 	got, err := dyn.Get(ctx, "minimal", metav1GetOptions)
 	if err != nil {

@@ -33,7 +33,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
@@ -182,7 +182,7 @@ func (e *env) startManager() *manager {
 	}
 	reg, err := controllers.Register(ctx, mgr, controllers.Deps{
 		Instances:          e.inst,
-		Queue:              &cloudinterruption.Consumer{SQS: clients.SQS, QueueURL: e.queue, WaitTime: time.Second, VisibilityTimeout: 2 * time.Second, ErrorBackoff: 20 * time.Millisecond},
+		Queue:              &interruptionqueue.Consumer{SQS: clients.SQS, QueueURL: e.queue, WaitTime: time.Second, VisibilityTimeout: 2 * time.Second, ErrorBackoff: 20 * time.Millisecond},
 		WarmPool:           warmpool.Options{Busy: 300 * time.Millisecond, Resync: 2 * time.Second, HibernateRetry: 5 * time.Second},
 		ActiveRestartAfter: 2 * time.Second, HandoffPoll: 200 * time.Millisecond,
 		GCPeriod: 2 * time.Second, GCGrace: 5 * time.Second,

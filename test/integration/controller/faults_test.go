@@ -20,7 +20,8 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
-	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/intake"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/marks"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
@@ -225,7 +226,7 @@ func TestKarpenterCoexistence(t *testing.T) {
 	} {
 		ev := &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{Namespace: "default", GenerateName: "spot-interrupted-"},
-			InvolvedObject: ref, Reason: interruption.KarpenterReasonSpotInterrupted, Type: corev1.EventTypeWarning,
+			InvolvedObject: ref, Reason: intake.KarpenterReasonSpotInterrupted, Type: corev1.EventTypeWarning,
 			Message: "Spot interruption warning was triggered", Source: corev1.EventSource{Component: "karpenter"},
 			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
 		}
@@ -237,8 +238,8 @@ func TestKarpenterCoexistence(t *testing.T) {
 	if err := e.client.Get(ctx, types.NamespacedName{Name: karpNode}, node); err != nil {
 		t.Fatal(err)
 	}
-	if src := node.Annotations[v1alpha1.AnnotationInterruptionSource]; src != interruption.SourceKarpenterEvent {
-		t.Fatalf("interruption source %q, want %q", src, interruption.SourceKarpenterEvent)
+	if src := node.Annotations[v1alpha1.AnnotationInterruptionSource]; src != marks.SourceKarpenterEvent {
+		t.Fatalf("interruption source %q, want %q", src, marks.SourceKarpenterEvent)
 	}
 	if !nodeutil.HasTaint(node, v1alpha1.TaintInterrupted) {
 		t.Fatalf("%s not tainted %s", karpNode, v1alpha1.TaintInterrupted)

@@ -121,7 +121,9 @@ func TestWarmPoolLifecycle(t *testing.T) {
 
 	// --- Warm: faults on (50% throttling, hibernation degrades to a stop).
 	e.emu.SetFaults(awsemu.Faults{EC2Throttle: 0.5, HibernationDegrades: true})
-	if err := e.client.Create(ctx, e.warmPool(3, "30s")); err != nil {
+	wp := e.warmPool(3, "30s")
+	wp.Spec.Pricing = &v1alpha1.Pricing{OnDemandHourly: "0.192"} // m5.xlarge; Spot and EBS prices: the defaults
+	if err := e.client.Create(ctx, wp); err != nil {
 		t.Fatal(err)
 	}
 	m := e.startManager()
@@ -150,6 +152,16 @@ func TestWarmPoolLifecycle(t *testing.T) {
 	if n := len(e.liveInstances(poolName)); n != 3 {
 		t.Fatalf("%d live instances after crash and restart, want 3", n)
 	}
+	// Cost of the hibernated cover: 3 × 40 GiB × $0.08 = $9.60 a month; as overprovisioning,
+	// 3 × ($0.192 × 0.35 × 730 h + $3.20) = $156.77; now, three volumes: $9.60 / 730 h.
+	e.waitFor("the pool's cost in its status", 30*time.Second, func(ctx context.Context) (bool, string) {
+		got := &v1alpha1.WarmPool{}
+		if err := e.client.Get(ctx, types.NamespacedName{Name: poolName}, got); err != nil {
+			return false, err.Error()
+		}
+		want := v1alpha1.CostStatus{Monthly: "9.60", OverprovisioningMonthly: "156.77", Hourly: "0.013"}
+		return got.Status.Cost != nil && *got.Status.Cost == want, fmt.Sprintf("status.cost %+v, want %+v", got.Status.Cost, want)
+	})
 
 	// --- Interruption: two protected Pods of 3 CPU on the Spot node need two 4-CPU lifeboats.
 	e.emu.SetFaults(awsemu.Faults{EC2Throttle: 0.5, SQSDuplicates: 1, SQSReorder: true})

@@ -13,8 +13,8 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
-	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruption"
-	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption"
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/marks"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
 
@@ -107,8 +107,8 @@ func TestRebalanceRecommendation(t *testing.T) {
 	if err := e.client.Get(ctx, types.NamespacedName{Name: "spot-1"}, spot); err != nil {
 		t.Fatal(err)
 	}
-	if src := spot.Annotations[v1alpha1.AnnotationInterruptionSource]; src != interruption.SourceRebalance {
-		t.Errorf("spot-1 interruption source %q, want %q", src, interruption.SourceRebalance)
+	if src := spot.Annotations[v1alpha1.AnnotationInterruptionSource]; src != marks.SourceRebalance {
+		t.Errorf("spot-1 interruption source %q, want %q", src, marks.SourceRebalance)
 	}
 	if !nodeutil.HasTaint(spot, v1alpha1.TaintInterrupted) {
 		t.Errorf("spot-1 not tainted %s after a pre-resume", v1alpha1.TaintInterrupted)
@@ -188,7 +188,7 @@ func TestRebalanceRecommendation(t *testing.T) {
 	if _, err := e.emu.SendMessage("lifeboat-interruptions", rebalanceNotice("i-00000000000000a02", 200)); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("spot-2's recommendation decided", 30*time.Second, e.decidedFrom("spot-2", interruption.SourceRebalance))
+	e.waitFor("spot-2's recommendation decided", 30*time.Second, e.decidedFrom("spot-2", marks.SourceRebalance))
 	spot2 := &corev1.Node{}
 	if err := e.client.Get(ctx, types.NamespacedName{Name: "spot-2"}, spot2); err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestRebalanceRecommendation(t *testing.T) {
 	}
 }
 
-var sourceSpotInterruption = "sqs/" + string(cloudinterruption.KindSpotInterruption)
+var sourceSpotInterruption = "sqs/" + string(interruptionqueue.KindSpotInterruption)
 
 // decidedFrom: the node's mark comes from source and its decision is recorded.
 func (e *env) decidedFrom(node, source string) func(ctx context.Context) (bool, string) {

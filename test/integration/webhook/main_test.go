@@ -9,6 +9,7 @@ package webhook
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -41,6 +42,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here needs the control plane; -short is "no control plane" (make test-unit).
+		fmt.Println("-short: not starting the local control plane; the webhook's integration tests do not run")
+		return 0
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	opts := localcluster.Options{ControllerManager: true}

@@ -335,7 +335,16 @@ func TestPriorityClasses(t *testing.T) {
 	})
 	p := jobPod(j, "own-class")
 	p.Spec.PriorityClassName = own.Name
-	got, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	// The apiserver's Priority admission plugin reads classes from its own informer: a class
+	// created a moment ago can be missing there (seen 2026-12-02: "no PriorityClass with name …
+	// was found"). Retry that refusal only, for a few seconds.
+	var got *corev1.Pod
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got, err = cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "no PriorityClass with name") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
@@ -52,4 +53,23 @@ func ArgsToInternal(obj, emptyV1 runtime.Object) (runtime.Object, error) {
 	versioned := obj.DeepCopyObject()
 	Scheme.Default(versioned)
 	return Scheme.ConvertToVersion(versioned, config.SchemeGroupVersion)
+}
+
+// DecodeArgs is what every plugin factory does first: it turns obj into the internal args type
+// T (see ArgsToInternal; emptyV1 is the v1 type's empty object) and validates it, with errors
+// that name the plugin.
+func DecodeArgs[T runtime.Object](plugin string, obj, emptyV1 runtime.Object, validate func(*field.Path, T) error) (T, error) {
+	var zero T
+	internal, err := ArgsToInternal(obj, emptyV1)
+	if err != nil {
+		return zero, fmt.Errorf("%s args: %w", plugin, err)
+	}
+	args, ok := internal.(T)
+	if !ok {
+		return zero, fmt.Errorf("%s args: want %T, got %T", plugin, zero, internal)
+	}
+	if err := validate(nil, args); err != nil {
+		return zero, fmt.Errorf("invalid %s args: %w", plugin, err)
+	}
+	return args, nil
 }

@@ -1,6 +1,7 @@
 package scheme_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,13 +11,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
-	_ "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
+	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
+	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 )
 
 func load(t *testing.T, yaml string) (*schedconfig.KubeSchedulerConfiguration, error) {
@@ -62,6 +65,7 @@ func TestDecode(t *testing.T) {
 		},
 		"LifeboatPlacement": &config.LifeboatPlacementArgs{
 			InterruptionTaintKeys: []string{v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintInterrupted},
+			ReclaimedPoolWait:     metav1.Duration{Duration: time.Minute},
 		},
 		"CapacityPoolSpread": &config.CapacityPoolSpreadArgs{
 			HotPoolPenalty: 1, HotPoolHalfLife: metav1.Duration{Duration: 10 * time.Minute},
@@ -133,5 +137,33 @@ func TestManifestConfig(t *testing.T) {
 		default:
 			t.Errorf("%s args decoded as %T", plugin, a)
 		}
+	}
+}
+
+// TestDecodeArgs: the factories' shared decode-and-validate step names the plugin in every
+// error and hands back the defaulted internal args.
+func TestDecodeArgs(t *testing.T) {
+	okValidate := func(*field.Path, *config.LifeboatPlacementArgs) error { return nil }
+	args, err := scheme.DecodeArgs("LifeboatPlacement", nil, &configv1.LifeboatPlacementArgs{}, okValidate)
+	if err != nil || len(args.InterruptionTaintKeys) == 0 {
+		t.Fatalf("DecodeArgs(nil) = %+v, %v; want the defaulted args", args, err)
+	}
+	for name, tc := range map[string]struct {
+		obj      runtime.Object
+		validate func(*field.Path, *config.LifeboatPlacementArgs) error
+		want     string
+	}{
+		"undecoded args": {obj: &runtime.Unknown{}, validate: okValidate, want: "LifeboatPlacement args: args were not decoded"},
+		"another plugin's args": {obj: &configv1.LifeboatTaintsArgs{}, validate: okValidate,
+			want: "LifeboatPlacement args: want *config.LifeboatPlacementArgs, got *config.LifeboatTaintsArgs"},
+		"invalid": {obj: &configv1.LifeboatPlacementArgs{}, validate: func(*field.Path, *config.LifeboatPlacementArgs) error { return errors.New("bad field") },
+			want: "invalid LifeboatPlacement args: bad field"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := scheme.DecodeArgs("LifeboatPlacement", tc.obj, &configv1.LifeboatPlacementArgs{}, tc.validate)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error = %v, want prefix %q", err, tc.want)
+			}
+		})
 	}
 }

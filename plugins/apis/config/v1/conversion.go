@@ -62,11 +62,16 @@ func Convert_config_LifeboatTaintsArgs_To_v1_LifeboatTaintsArgs(in *config.Lifeb
 // Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs converts wire args to internal.
 func Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs(in *LifeboatPlacementArgs, out *config.LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
 	out.InterruptionTaintKeys = append([]string(nil), in.InterruptionTaintKeys...)
+	if in.ReclaimedPoolWait != nil {
+		out.ReclaimedPoolWait = *in.ReclaimedPoolWait
+	}
 }
 
 // Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs converts internal args to wire.
 func Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs(in *config.LifeboatPlacementArgs, out *LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
 	out.InterruptionTaintKeys = append([]string(nil), in.InterruptionTaintKeys...)
+	wait := in.ReclaimedPoolWait
+	out.ReclaimedPoolWait = &wait
 }
 
 // Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs converts wire args to

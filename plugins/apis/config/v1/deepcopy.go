@@ -31,6 +31,10 @@ func (in *LifeboatTaintsArgs) DeepCopyObject() runtime.Object { return in.DeepCo
 func (in *LifeboatPlacementArgs) DeepCopyInto(out *LifeboatPlacementArgs) {
 	*out = *in
 	out.InterruptionTaintKeys = append([]string(nil), in.InterruptionTaintKeys...)
+	if in.ReclaimedPoolWait != nil {
+		wait := *in.ReclaimedPoolWait
+		out.ReclaimedPoolWait = &wait
+	}
 }
 
 // DeepCopy returns a copy of the receiver.

@@ -17,6 +17,9 @@ const (
 	// DefaultHotPoolHalfLife: correlated reclaims of one pool cluster within minutes (>92% of
 	// co-interruptions within 3 min, FACTS.md), so the signal should fade within the hour.
 	DefaultHotPoolHalfLife = 10 * time.Minute
+	// DefaultReclaimedPoolWait: a hibernated lifeboat is Ready ~20 s after its start request
+	// (FACTS.md); 60 s covers a slow resume and ends well inside the 120 s notice.
+	DefaultReclaimedPoolWait = 60 * time.Second
 )
 
 // RegisterDefaults adds the args' defaulting functions to a scheme.
@@ -33,7 +36,8 @@ func RegisterDefaults(scheme *runtime.Scheme) error {
 	return nil
 }
 
-// SetDefaults_LifeboatTaintsArgs sets the contract's taints (DESIGN.md "Nodes of the warm pool").
+// SetDefaults_LifeboatTaintsArgs sets the contract's taints (docs/ARCHITECTURE.md "Nodes of the
+// warm pool").
 func SetDefaults_LifeboatTaintsArgs(obj *LifeboatTaintsArgs) { //nolint:revive // scheme naming convention
 	if obj.ProtectedPodTaintKeys == nil {
 		obj.ProtectedPodTaintKeys = []string{v1alpha1.TaintLifeboat}
@@ -47,6 +51,9 @@ func SetDefaults_LifeboatTaintsArgs(obj *LifeboatTaintsArgs) { //nolint:revive /
 func SetDefaults_LifeboatPlacementArgs(obj *LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
 	if obj.InterruptionTaintKeys == nil {
 		obj.InterruptionTaintKeys = []string{v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintInterrupted}
+	}
+	if obj.ReclaimedPoolWait == nil {
+		obj.ReclaimedPoolWait = &metav1.Duration{Duration: DefaultReclaimedPoolWait}
 	}
 }
 

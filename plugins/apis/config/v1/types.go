@@ -23,6 +23,10 @@ type LifeboatPlacementArgs struct {
 	// InterruptionTaintKeys mark nodes under interruption; such nodes are never chosen.
 	// Default: [karpenter.sh/disrupted, lifeboat.dev/interrupted].
 	InterruptionTaintKeys []string `json:"interruptionTaintKeys,omitempty"`
+	// ReclaimedPoolWait is how long after a lifeboat node's start request a protected Pod it
+	// will take may wait for it instead of a node of a Spot capacity pool being reclaimed
+	// (one of whose nodes carries lifeboat.dev/interrupted). "0s" disables it. Default: 60s.
+	ReclaimedPoolWait *metav1.Duration `json:"reclaimedPoolWait,omitempty"`
 }
 
 // CapacityPoolSpreadArgs configures the CapacityPoolSpread score.

@@ -5,6 +5,7 @@ package validation
 
 import (
 	"fmt"
+	"time"
 
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -18,6 +19,10 @@ import (
 // MaxHotPoolPenalty bounds HotPoolPenalty: beyond it one interruption would outweigh any
 // realistic replica count and simply blacklist the pool.
 const MaxHotPoolPenalty = 100
+
+// MaxReclaimedPoolWait bounds ReclaimedPoolWait: a Pod should never wait longer for a lifeboat
+// than the 120 s notice.
+const MaxReclaimedPoolWait = 2 * time.Minute
 
 // ValidateLifeboatTaintsArgs validates LifeboatTaints args; path prefixes field names.
 func ValidateLifeboatTaintsArgs(path *field.Path, args *config.LifeboatTaintsArgs) error {
@@ -41,7 +46,12 @@ func ValidateLifeboatPlacementArgs(path *field.Path, args *config.LifeboatPlacem
 		return field.ErrorList{field.Required(keys,
 			fmt.Sprintf("name at least one taint, e.g. %s", v1alpha1.TaintKarpenterDisrupted))}.ToAggregate()
 	}
-	return validateTaintKeys(keys, args.InterruptionTaintKeys).ToAggregate()
+	errs := validateTaintKeys(keys, args.InterruptionTaintKeys)
+	if w := args.ReclaimedPoolWait.Duration; w < 0 || w > MaxReclaimedPoolWait {
+		errs = append(errs, field.Invalid(path.Child("reclaimedPoolWait"), args.ReclaimedPoolWait.String(),
+			fmt.Sprintf("must be between 0s (off) and %s; a lifeboat resumes in about 20 s", MaxReclaimedPoolWait)))
+	}
+	return errs.ToAggregate()
 }
 
 // ValidateCapacityPoolSpreadArgs validates CapacityPoolSpread args; path prefixes field names.

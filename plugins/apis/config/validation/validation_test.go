@@ -33,6 +33,12 @@ func TestValidate(t *testing.T) {
 		{name: "placement needs a taint", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{}),
 			wantErr: []string{"args.interruptionTaintKeys"}},
 		{name: "placement ok", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}})},
+		{name: "reclaimed-pool wait out of range", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{
+			InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}, ReclaimedPoolWait: metav1.Duration{Duration: MaxReclaimedPoolWait + time.Second}}),
+			wantErr: []string{"args.reclaimedPoolWait"}},
+		{name: "negative reclaimed-pool wait", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{
+			InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}, ReclaimedPoolWait: metav1.Duration{Duration: -time.Second}}),
+			wantErr: []string{"args.reclaimedPoolWait"}},
 		{name: "spread ok", err: validSpread(func(*config.CapacityPoolSpreadArgs) {})},
 		{name: "penalty 0 needs no half-life", err: validSpread(func(a *config.CapacityPoolSpreadArgs) { a.HotPoolPenalty = 0; a.HotPoolHalfLife.Duration = 0 })},
 		{name: "penalty too high", err: validSpread(func(a *config.CapacityPoolSpreadArgs) { a.HotPoolPenalty = MaxHotPoolPenalty + 1 }),
