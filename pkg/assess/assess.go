@@ -44,113 +44,153 @@ func (n *node) hourly() float64 {
 func Assess(s *Snapshot, opts Options) *Report {
 	opts.defaults()
 	if opts.Prices == nil {
-		p, err := EmbeddedPrices()
-		if err != nil {
-			panic(err) // the embedded table is tested
-		}
-		opts.Prices = p
+		opts.Prices = mustEmbeddedPrices()
 	}
-	r := &Report{SchemaVersion: SchemaVersion, GeneratedAt: opts.Now.UTC().Format(time.RFC3339), Scope: opts.Scope,
-		Prices:    PriceInfo{Source: opts.Prices.Source, Date: opts.Prices.Date, Region: opts.Prices.Region, SpotDiscount: opts.Prices.SpotDiscount},
-		Workloads: []Workload{}, Unclassified: []Unclassified{}, Findings: []Finding{}}
-	kinds := make([]string, 0, len(s.ListErrors))
-	for k := range s.ListErrors {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		r.Findings = append(r.Findings, Finding{Code: "list-failed", Severity: "warning",
-			Message: fmt.Sprintf("could not list %s: %s; the report leaves them out", k, s.ListErrors[k]),
-			Fix:     "grant the read verbs of manifests/assess/clusterrole.yaml, or ignore if the kind is not installed"})
-	}
+	r := newReport(opts)
+	r.Findings = append(r.Findings, listFailedFindings(s.ListErrors)...)
 	nodes := priceNodes(s.Nodes, opts.Prices, &r.Findings)
-	ix := buildIndex(s)
-	cfg := policy.DefaultConfig()
-	groups, unclassified := workloads(s, ix, cfg, opts.Now, &r.Findings)
+	groups, unclassified := workloads(s, buildIndex(s), policy.DefaultConfig(), opts.Now, &r.Findings)
 	r.Unclassified = append(r.Unclassified, unclassified...)
 
-	keys := make([]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	r.Summary = Summary{Nodes: len(s.Nodes), ByClass: map[Class]int{}}
-	for _, c := range Classes {
-		r.Summary.ByClass[c] = 0
-	}
-	pending := 0
-	ordered := make([]*group, 0, len(keys))
-	for _, k := range keys {
-		g := groups[k]
-		ordered = append(ordered, g)
+	ordered := sortedValues(groups) // by namespace, kind and name
+	r.Summary = newSummary(len(s.Nodes))
+	unbound := 0
+	for _, g := range ordered {
 		g.verdict = Classify(g.spec, opts.NoticeBudget)
-		w := Workload{Namespace: g.spec.Namespace, Kind: g.spec.Kind, Name: g.spec.Name, Class: g.verdict.Class,
-			Tier: g.verdict.Tier, Protected: g.verdict.Protected, Replicas: 1, Pods: len(g.pods), Reasons: g.verdict.Reasons}
-		if w.Reasons == nil {
-			w.Reasons = []Reason{}
-		}
-		if g.spec.Replicas != nil {
-			w.Replicas = *g.spec.Replicas
-		}
-		cpu, mem := templateRequests(g.spec.Template.Spec)
-		if !cpu.IsZero() {
-			w.PodCPU = cpu.String()
-		}
-		if !mem.IsZero() {
-			w.PodMemory = mem.String()
-		}
-		for _, p := range g.pods {
-			n := nodes[p.Spec.NodeName]
-			if n == nil {
-				pending++
-				continue
-			}
-			if !n.priced {
-				r.Summary.UnpricedPods++
-				continue
-			}
-			share := podShare(p, n)
-			w.MonthlyCost += share * n.hourly() * HoursPerMonth
-			w.MonthlyOnDemand += share * n.onDemand * HoursPerMonth
-			w.MonthlySpot += share * n.spot * HoursPerMonth
-			if n.capacityType == CapacitySpot {
-				w.OnSpotPods++
-			}
-		}
-		w.MonthlyCost, w.MonthlyOnDemand, w.MonthlySpot = cents(w.MonthlyCost), cents(w.MonthlyOnDemand), cents(w.MonthlySpot)
-		w.MonthlySavings = cents(w.MonthlyOnDemand - w.MonthlySpot)
+		w, pending, unpriced := workloadRow(g, nodes)
 		g.out = w
 		r.Workloads = append(r.Workloads, w)
-		r.Summary.Workloads++
-		r.Summary.Pods += len(g.pods)
-		r.Summary.ByClass[w.Class]++
-		r.Summary.MonthlyCost += w.MonthlyCost
-		r.Summary.MonthlyOnDemand += w.MonthlyOnDemand
-		r.Summary.MonthlySpot += w.MonthlySpot
-		if w.Class == ClassPoorFit {
-			r.Summary.PoorFitSavings += w.MonthlySavings
-		} else {
-			r.Summary.PossibleSavings += w.MonthlySavings
-			r.Summary.RemainingSavings += max(0, w.MonthlyCost-w.MonthlySpot)
-		}
+		r.Summary.add(w)
+		r.Summary.UnpricedPods += unpriced
+		unbound += pending
 	}
-	for _, f := range []*float64{&r.Summary.MonthlyCost, &r.Summary.MonthlyOnDemand, &r.Summary.MonthlySpot,
-		&r.Summary.PossibleSavings, &r.Summary.RemainingSavings, &r.Summary.PoorFitSavings} {
-		*f = cents(*f)
-	}
-	if pending > 0 {
-		r.Findings = append(r.Findings, Finding{Code: "pods-not-on-nodes", Severity: "info",
-			Message: fmt.Sprintf("%d Pods are not bound to a listed node (Pending): they are classified but not priced", pending)})
-	}
-	if r.Summary.UnpricedPods > 0 {
-		r.Findings = append(r.Findings, Finding{Code: "unpriced-pods", Severity: "warning",
-			Message: fmt.Sprintf("%d Pods run on nodes without a known price: their cost and savings are left out", r.Summary.UnpricedPods),
-			Fix:     "see the nodes-without-instance-type and unknown-instance-type findings; --prices FILE adds types"})
-	}
+	r.Summary.roundMoney()
+	r.Findings = append(r.Findings, pricingFindings(unbound, r.Summary.UnpricedPods)...)
 	r.Curve = savingsCurve(r.Workloads, r.Summary.PossibleSavings)
 	r.Cluster = clusterFindings(s, nodes, ordered, opts, &r.Findings)
 	r.groups, r.snapshot, r.prices = ordered, s, opts.Prices
 	return r
+}
+
+// mustEmbeddedPrices is the embedded price table, which its tests keep valid.
+func mustEmbeddedPrices() *PriceTable {
+	p, err := EmbeddedPrices()
+	if err != nil {
+		panic(err) // the embedded table is tested
+	}
+	return p
+}
+
+// newReport is an empty report of the options' time, scope and prices.
+func newReport(opts Options) *Report {
+	return &Report{SchemaVersion: SchemaVersion, GeneratedAt: opts.Now.UTC().Format(time.RFC3339), Scope: opts.Scope,
+		Prices:    PriceInfo{Source: opts.Prices.Source, Date: opts.Prices.Date, Region: opts.Prices.Region, SpotDiscount: opts.Prices.SpotDiscount},
+		Workloads: []Workload{}, Unclassified: []Unclassified{}, Findings: []Finding{}}
+}
+
+// listFailedFindings names each kind that could not be listed, by kind.
+func listFailedFindings(listErrors map[string]string) []Finding {
+	var out []Finding
+	for _, k := range sortedKeys(listErrors) {
+		out = append(out, Finding{Code: "list-failed", Severity: "warning",
+			Message: fmt.Sprintf("could not list %s: %s; the report leaves them out", k, listErrors[k]),
+			Fix:     "grant the read verbs of manifests/assess/clusterrole.yaml, or ignore if the kind is not installed"})
+	}
+	return out
+}
+
+// newSummary is the summary before any workload: every class at 0.
+func newSummary(nodes int) Summary {
+	s := Summary{Nodes: nodes, ByClass: map[Class]int{}}
+	for _, c := range Classes {
+		s.ByClass[c] = 0
+	}
+	return s
+}
+
+// add counts a workload, its Pods and its money into the totals.
+func (s *Summary) add(w Workload) {
+	s.Workloads++
+	s.Pods += w.Pods
+	s.ByClass[w.Class]++
+	s.MonthlyCost += w.MonthlyCost
+	s.MonthlyOnDemand += w.MonthlyOnDemand
+	s.MonthlySpot += w.MonthlySpot
+	if w.Class == ClassPoorFit {
+		s.PoorFitSavings += w.MonthlySavings
+	} else {
+		s.PossibleSavings += w.MonthlySavings
+		s.RemainingSavings += max(0, w.MonthlyCost-w.MonthlySpot)
+	}
+}
+
+// roundMoney rounds the money totals to cents.
+func (s *Summary) roundMoney() {
+	for _, f := range []*float64{&s.MonthlyCost, &s.MonthlyOnDemand, &s.MonthlySpot,
+		&s.PossibleSavings, &s.RemainingSavings, &s.PoorFitSavings} {
+		*f = cents(*f)
+	}
+}
+
+// workloadRow is the report's row of a classified group. pending counts its Pods not bound to
+// a listed node, unpriced those on nodes without a price.
+func workloadRow(g *group, nodes map[string]*node) (w Workload, pending, unpriced int) {
+	w = Workload{Namespace: g.spec.Namespace, Kind: g.spec.Kind, Name: g.spec.Name, Class: g.verdict.Class,
+		Tier: g.verdict.Tier, Protected: g.verdict.Protected, Replicas: g.spec.desiredReplicas(), Pods: len(g.pods), Reasons: g.verdict.Reasons}
+	if w.Reasons == nil {
+		w.Reasons = []Reason{}
+	}
+	cpu, mem := templateRequests(g.spec.Template.Spec)
+	if !cpu.IsZero() {
+		w.PodCPU = cpu.String()
+	}
+	if !mem.IsZero() {
+		w.PodMemory = mem.String()
+	}
+	pending, unpriced = priceWorkload(&w, g.pods, nodes)
+	return w, pending, unpriced
+}
+
+// priceWorkload adds up the monthly cost of the Pods' share of their nodes, as placed, all
+// On-Demand and all Spot, rounded to cents. It returns how many Pods it could not price
+// because they are not bound to a listed node (pending) or their node has no price.
+func priceWorkload(w *Workload, pods []*corev1.Pod, nodes map[string]*node) (pending, unpriced int) {
+	for _, p := range pods {
+		n := nodes[p.Spec.NodeName]
+		if n == nil {
+			pending++
+			continue
+		}
+		if !n.priced {
+			unpriced++
+			continue
+		}
+		share := podShare(p, n)
+		w.MonthlyCost += share * n.hourly() * HoursPerMonth
+		w.MonthlyOnDemand += share * n.onDemand * HoursPerMonth
+		w.MonthlySpot += share * n.spot * HoursPerMonth
+		if n.capacityType == CapacitySpot {
+			w.OnSpotPods++
+		}
+	}
+	w.MonthlyCost, w.MonthlyOnDemand, w.MonthlySpot = cents(w.MonthlyCost), cents(w.MonthlyOnDemand), cents(w.MonthlySpot)
+	w.MonthlySavings = cents(w.MonthlyOnDemand - w.MonthlySpot)
+	return pending, unpriced
+}
+
+// pricingFindings report the Pods left out of the cost figures.
+func pricingFindings(pending, unpriced int) []Finding {
+	var out []Finding
+	if pending > 0 {
+		out = append(out, Finding{Code: "pods-not-on-nodes", Severity: "info",
+			Message: fmt.Sprintf("%d Pods are not bound to a listed node (Pending): they are classified but not priced", pending)})
+	}
+	if unpriced > 0 {
+		out = append(out, Finding{Code: "unpriced-pods", Severity: "warning",
+			Message: fmt.Sprintf("%d Pods run on nodes without a known price: their cost and savings are left out", unpriced),
+			Fix:     "see the nodes-without-instance-type and unknown-instance-type findings; --prices FILE adds types"})
+	}
+	return out
 }
 
 func cents(v float64) float64 { return math.Round(v*100) / 100 }

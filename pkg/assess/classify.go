@@ -91,86 +91,168 @@ type Verdict struct {
 // notice (policy.DefaultNoticeBudget).
 func Classify(s Spec, budget time.Duration) Verdict {
 	var v Verdict
-	add := func(code ReasonCode, class Class, fix, format string, args ...any) {
-		v.Reasons = append(v.Reasons, Reason{Code: code, Class: class, Message: fmt.Sprintf(format, args...), Fix: fix})
-	}
 	kind := policy.Kind(s.Kind)
-	supported := kind == policy.KindDeployment || kind == policy.KindStatefulSet || kind == policy.KindJob || kind == policy.KindCronJob
-	if supported {
+	if protectableKind(kind) {
 		tier, _ := policy.ResolveTier(kind, s.Labels, s.Template.Labels)
 		v.Tier = string(tier)
 		v.Protected = policy.DefaultConfig().ResolveProtection(s.Namespace, s.NamespaceLabels, s.Labels).Protected
 	}
-	spec := s.Template.Spec
-	replicas := int32(1)
-	if s.Replicas != nil {
-		replicas = *s.Replicas
+	// The families in the order the reasons are listed (a stable sort by class follows).
+	for _, family := range [][]Reason{
+		kindReasons(s),
+		disruptionReasons(s),
+		podSpecReasons(s.Template.Spec, budget),
+		volumeReasons(s),
+		placementReasons(s),
+		statefulReasons(s),
+		jobReasons(s),
+	} {
+		v.Reasons = append(v.Reasons, family...)
 	}
-	scaled := kind == policy.KindDeployment || kind == policy.KindStatefulSet || s.Kind == KindRollout
+	v.Class = hardestClass(v.Reasons)
+	sort.SliceStable(v.Reasons, func(i, j int) bool { return v.Reasons[i].Class.rank() > v.Reasons[j].Class.rank() })
+	return v
+}
 
+// newReason builds a reason; format and args make its message.
+func newReason(code ReasonCode, class Class, fix, format string, args ...any) Reason {
+	return Reason{Code: code, Class: class, Message: fmt.Sprintf(format, args...), Fix: fix}
+}
+
+// protectableKind: the kinds Lifeboat's webhook protects.
+func protectableKind(k policy.Kind) bool {
+	return k == policy.KindDeployment || k == policy.KindStatefulSet || isJobKind(k)
+}
+
+// isJobKind: Jobs and CronJobs, which run to completion.
+func isJobKind(k policy.Kind) bool { return k == policy.KindJob || k == policy.KindCronJob }
+
+// desiredReplicas is the desired count, 1 when unset.
+func (s Spec) desiredReplicas() int32 {
+	if s.Replicas != nil {
+		return *s.Replicas
+	}
+	return 1
+}
+
+// hardestClass is the class of the hardest reason, ready when there are none.
+func hardestClass(reasons []Reason) Class {
+	c := ClassReady
+	for _, r := range reasons {
+		if r.Class.rank() > c.rank() {
+			c = r.Class
+		}
+	}
+	return c
+}
+
+// kindReasons: kinds Lifeboat does not protect (bare Pods, orphan ReplicaSets, Argo Rollouts).
+func kindReasons(s Spec) []Reason {
 	switch s.Kind {
 	case KindPod:
-		add(ReasonNoController, ClassReadyWithChanges,
+		return []Reason{newReason(ReasonNoController, ClassReadyWithChanges,
 			"Run it under a Deployment (or a Job if it runs to completion); Lifeboat protects only Pods with a controller.",
-			"bare Pod: nothing recreates it when its Spot node is reclaimed")
+			"bare Pod: nothing recreates it when its Spot node is reclaimed")}
 	case KindReplicaSet:
-		add(ReasonOrphanReplicaSet, ClassReadyWithChanges,
+		return []Reason{newReason(ReasonOrphanReplicaSet, ClassReadyWithChanges,
 			"Manage it with a Deployment (kubectl create deployment, or adopt it with a Deployment of the same selector).",
-			"ReplicaSet without a Deployment: Lifeboat does not protect it, and a rollout cannot surge it")
+			"ReplicaSet without a Deployment: Lifeboat does not protect it, and a rollout cannot surge it")}
 	case KindRollout:
-		add(ReasonUnsupportedKind, ClassReady,
+		return []Reason{newReason(ReasonUnsupportedKind, ClassReady,
 			"Nothing to change for Spot; to have Lifeboat protect it, run it as a Deployment (Lifeboat protects Deployments, StatefulSets, Jobs and CronJobs).",
-			"Argo Rollout: Spot-fit as a Deployment would be, but Lifeboat's webhook does not protect Rollouts")
+			"Argo Rollout: Spot-fit as a Deployment would be, but Lifeboat's webhook does not protect Rollouts")}
 	}
+	return nil
+}
 
-	if scaled {
-		selecting := policy.SelectingPDBs(s.PDBs, s.Template.Labels)
-		switch {
-		case len(selecting) == 0:
-			add(ReasonMissingPDB, ClassReadyWithChanges,
-				"Apply this PodDisruptionBudget (lifeboat pdb "+lower(s.Kind)+"/"+s.Name+" -n "+s.Namespace+" prints it):\n"+
-					policy.SuggestedPDBYAML(s.Namespace, s.Name, s.Selector),
-				"no PodDisruptionBudget selects its Pods: a drain may evict every replica at once, and Lifeboat rejects it while protected")
-		case len(selecting) > 1:
-			names := make([]string, len(selecting))
-			for i, p := range selecting {
-				names[i] = p.Name
-			}
-			add(ReasonMultiplePDBs, ClassReadyWithChanges,
-				"Keep exactly one PodDisruptionBudget for its Pods.",
-				"%d PodDisruptionBudgets select its Pods (%s): the eviction API refuses to evict them, so drains stall", len(selecting), strings.Join(names, ", "))
+// disruptionReasons: the PodDisruptionBudgets and replica count of scaled kind (Deployments,
+// StatefulSets, Rollouts), which decide whether a drain can move the Pods one by one.
+func disruptionReasons(s Spec) []Reason {
+	kind := policy.Kind(s.Kind)
+	if kind != policy.KindDeployment && kind != policy.KindStatefulSet && s.Kind != KindRollout {
+		return nil
+	}
+	var out []Reason
+	replicas := s.desiredReplicas()
+	selecting := policy.SelectingPDBs(s.PDBs, s.Template.Labels)
+	switch {
+	case len(selecting) == 0:
+		out = append(out, newReason(ReasonMissingPDB, ClassReadyWithChanges,
+			"Apply this PodDisruptionBudget (lifeboat pdb "+lower(s.Kind)+"/"+s.Name+" -n "+s.Namespace+" prints it):\n"+
+				policy.SuggestedPDBYAML(s.Namespace, s.Name, s.Selector),
+			"no PodDisruptionBudget selects its Pods: a drain may evict every replica at once, and Lifeboat rejects it while protected"))
+	case len(selecting) > 1:
+		names := make([]string, len(selecting))
+		for i, p := range selecting {
+			names[i] = p.Name
 		}
-		for _, p := range selecting {
-			if policy.AllowsNoDisruption(p, &replicas) {
-				add(ReasonPDBNoDisruption, ClassReadyWithChanges,
-					fmt.Sprintf("Set maxUnavailable: %s (or a minAvailable below the replica count) on PodDisruptionBudget %s.", policy.SuggestedMaxUnavailable, p.Name),
-					"PodDisruptionBudget %s allows zero disruptions: the drain of a reclaimed node stalls until the reclaim kills the Pods anyway", p.Name)
-			}
-		}
-		if replicas < 2 {
-			add(ReasonSingleReplica, ClassReadyWithChanges,
-				"Run at least 2 replicas (spread over nodes) so one reclaimed node never takes the only copy.",
-				"%d replica: a reclaim takes the service down until a new Pod is Ready", replicas)
+		out = append(out, newReason(ReasonMultiplePDBs, ClassReadyWithChanges,
+			"Keep exactly one PodDisruptionBudget for its Pods.",
+			"%d PodDisruptionBudgets select its Pods (%s): the eviction API refuses to evict them, so drains stall", len(selecting), strings.Join(names, ", ")))
+	}
+	for _, p := range selecting {
+		if policy.AllowsNoDisruption(p, &replicas) {
+			out = append(out, newReason(ReasonPDBNoDisruption, ClassReadyWithChanges,
+				fmt.Sprintf("Set maxUnavailable: %s (or a minAvailable below the replica count) on PodDisruptionBudget %s.", policy.SuggestedMaxUnavailable, p.Name),
+				"PodDisruptionBudget %s allows zero disruptions: the drain of a reclaimed node stalls until the reclaim kills the Pods anyway", p.Name))
 		}
 	}
+	if replicas < 2 {
+		out = append(out, newReason(ReasonSingleReplica, ClassReadyWithChanges,
+			"Run at least 2 replicas (spread over nodes) so one reclaimed node never takes the only copy.",
+			"%d replica: a reclaim takes the service down until a new Pod is Ready", replicas))
+	}
+	return out
+}
 
+// podSpecReasons: a shutdown longer than the Spot notice, and containers without requests.
+func podSpecReasons(spec corev1.PodSpec, budget time.Duration) []Reason {
+	var out []Reason
 	if d := policy.ShutdownDuration(spec); d > budget {
-		add(ReasonShutdownOverNotice, ClassReadyWithChanges,
+		out = append(out, newReason(ReasonShutdownOverNotice, ClassReadyWithChanges,
 			fmt.Sprintf("Lower terminationGracePeriodSeconds (and any preStop sleep) to at most %d, and make the app drain in-flight work within it.", int64(budget/time.Second)),
-			"its Pods may take %s to stop, longer than the %s Spot notice: they are killed mid-shutdown", d, budget)
+			"its Pods may take %s to stop, longer than the %s Spot notice: they are killed mid-shutdown", d, budget))
 	}
 	if missing := containersWithoutRequests(spec); len(missing) > 0 {
-		add(ReasonMissingRequests, ClassReadyWithChanges,
+		out = append(out, newReason(ReasonMissingRequests, ClassReadyWithChanges,
 			"Set resources.requests.cpu and .memory on every container: Karpenter and the warm pool size capacity from requests.",
-			"containers without CPU or memory requests (%s): replacement capacity cannot be sized and its cost is unknown", strings.Join(missing, ", "))
+			"containers without CPU or memory requests (%s): replacement capacity cannot be sized and its cost is unknown", strings.Join(missing, ", ")))
 	}
+	return out
+}
 
+// volumeReasons: data that dies with the node (emptyDirs not declared scratch, hostPaths,
+// node-local PersistentVolumes).
+func volumeReasons(s Spec) []Reason {
+	var out []Reason
+	emptyDirs, hostPaths := nodeVolumes(s.Template)
+	if len(emptyDirs) > 0 {
+		out = append(out, newReason(ReasonEmptyDir, ClassReadyWithChanges,
+			fmt.Sprintf("If the data is scratch, say so: annotate the Pod template %s: %q. If it must survive, keep it on a PersistentVolumeClaim or in object storage.",
+				AnnotationSafeToEvictLocalVolumes, strings.Join(emptyDirs, ",")),
+			"emptyDir volumes (%s) are lost with the node at reclaim", strings.Join(emptyDirs, ", ")))
+	}
+	if len(hostPaths) > 0 {
+		out = append(out, newReason(ReasonHostPath, ClassReadyWithChanges,
+			"Do not depend on node-local files: use a ConfigMap, a PersistentVolumeClaim or an emptyDir scratch volume.",
+			"hostPath volumes (%s): the replacement node does not have the reclaimed node's files", strings.Join(hostPaths, ", ")))
+	}
+	if len(s.LocalVolumes) > 0 {
+		out = append(out, newReason(ReasonLocalVolume, ClassPoorFit,
+			"Move the data to network-attached volumes (EBS CSI, a StorageClass with a provisioner) before running it on Spot, or keep it On-Demand (label lifeboat.dev/tier=critical).",
+			"node-local PersistentVolumes (%s): the data dies with the Spot node", strings.Join(s.LocalVolumes, ", ")))
+	}
+	return out
+}
+
+// nodeVolumes names the template's emptyDir volumes that its
+// safe-to-evict-local-volumes annotation does not declare scratch, and its hostPath volumes.
+func nodeVolumes(tmpl corev1.PodTemplateSpec) (emptyDirs, hostPaths []string) {
 	scratch := map[string]bool{}
-	for _, n := range strings.Split(s.Template.Annotations[AnnotationSafeToEvictLocalVolumes], ",") {
+	for _, n := range strings.Split(tmpl.Annotations[AnnotationSafeToEvictLocalVolumes], ",") {
 		scratch[strings.TrimSpace(n)] = true
 	}
-	var emptyDirs, hostPaths []string
-	for _, vol := range spec.Volumes {
+	for _, vol := range tmpl.Spec.Volumes {
 		switch {
 		case vol.EmptyDir != nil && !scratch[vol.Name]:
 			emptyDirs = append(emptyDirs, vol.Name)
@@ -178,74 +260,72 @@ func Classify(s Spec, budget time.Duration) Verdict {
 			hostPaths = append(hostPaths, vol.Name)
 		}
 	}
-	if len(emptyDirs) > 0 {
-		add(ReasonEmptyDir, ClassReadyWithChanges,
-			fmt.Sprintf("If the data is scratch, say so: annotate the Pod template %s: %q. If it must survive, keep it on a PersistentVolumeClaim or in object storage.",
-				AnnotationSafeToEvictLocalVolumes, strings.Join(emptyDirs, ",")),
-			"emptyDir volumes (%s) are lost with the node at reclaim", strings.Join(emptyDirs, ", "))
-	}
-	if len(hostPaths) > 0 {
-		add(ReasonHostPath, ClassReadyWithChanges,
-			"Do not depend on node-local files: use a ConfigMap, a PersistentVolumeClaim or an emptyDir scratch volume.",
-			"hostPath volumes (%s): the replacement node does not have the reclaimed node's files", strings.Join(hostPaths, ", "))
-	}
-	if len(s.LocalVolumes) > 0 {
-		add(ReasonLocalVolume, ClassPoorFit,
-			"Move the data to network-attached volumes (EBS CSI, a StorageClass with a provisioner) before running it on Spot, or keep it On-Demand (label lifeboat.dev/tier=critical).",
-			"node-local PersistentVolumes (%s): the data dies with the Spot node", strings.Join(s.LocalVolumes, ", "))
-	}
-	if s.Template.Annotations[AnnotationDoNotDisrupt] == "true" {
-		add(ReasonDoNotDisrupt, ClassReadyWithChanges,
-			"Remove "+AnnotationDoNotDisrupt+" for Spot: a reclaim ignores it, while it blocks Karpenter's consolidation and graceful drains. If the Pod truly must not be interrupted, keep it On-Demand (lifeboat.dev/tier=critical).",
-			"annotated %s=true, but a Spot reclaim does not wait", AnnotationDoNotDisrupt)
-	}
-	if pinnedOnDemand(spec) {
-		add(ReasonPinnedOnDemand, ClassReadyWithChanges,
-			"If it can run on Spot, drop the On-Demand requirement and let the tier place it (lifeboat.dev/tier=stateless prefers Spot and allows On-Demand); if it must not be interrupted, label it lifeboat.dev/tier=critical and leave it out of the Spot plan.",
-			"its Pods require On-Demand capacity (karpenter.sh/capacity-type): no Spot savings today")
-	}
+	return emptyDirs, hostPaths
+}
 
+// placementReasons: a do-not-disrupt annotation, and Pods pinned to On-Demand capacity.
+func placementReasons(s Spec) []Reason {
+	var out []Reason
+	if s.Template.Annotations[AnnotationDoNotDisrupt] == "true" {
+		out = append(out, newReason(ReasonDoNotDisrupt, ClassReadyWithChanges,
+			"Remove "+AnnotationDoNotDisrupt+" for Spot: a reclaim ignores it, while it blocks Karpenter's consolidation and graceful drains. If the Pod truly must not be interrupted, keep it On-Demand (lifeboat.dev/tier=critical).",
+			"annotated %s=true, but a Spot reclaim does not wait", AnnotationDoNotDisrupt))
+	}
+	if pinnedOnDemand(s.Template.Spec) {
+		out = append(out, newReason(ReasonPinnedOnDemand, ClassReadyWithChanges,
+			"If it can run on Spot, drop the On-Demand requirement and let the tier place it (lifeboat.dev/tier=stateless prefers Spot and allows On-Demand); if it must not be interrupted, label it lifeboat.dev/tier=critical and leave it out of the Spot plan.",
+			"its Pods require On-Demand capacity (karpenter.sh/capacity-type): no Spot savings today"))
+	}
+	return out
+}
+
+// statefulReasons: state a reclaim cannot hand over — a quorum-like StatefulSet, a database,
+// or per-member volumes. At most one of them, the hardest.
+func statefulReasons(s Spec) []Reason {
+	kind := policy.Kind(s.Kind)
+	replicas := s.desiredReplicas()
 	// Jobs that use a database image are clients (migrations, dumps), not servers.
 	db := ""
-	if kind != policy.KindJob && kind != policy.KindCronJob {
+	if !isJobKind(kind) {
 		db = databaseHint(s.Labels, s.Template, kind == policy.KindStatefulSet)
 	}
-	quorum := kind == policy.KindStatefulSet && s.VolumeClaimTemplates > 0 && replicas%2 == 1 && replicas >= 3 && replicas <= 7
+	withVolumes := kind == policy.KindStatefulSet && s.VolumeClaimTemplates > 0
 	switch {
-	case quorum:
-		add(ReasonQuorumLike, ClassPoorFit,
+	case withVolumes && isQuorumSize(replicas):
+		r := newReason(ReasonQuorumLike, ClassPoorFit,
 			"Keep it On-Demand: label it lifeboat.dev/tier=critical. A correlated reclaim can take a majority of its members at once.",
 			"StatefulSet with volume claim templates and %d replicas looks like a quorum system", replicas)
+		if db != "" {
+			r.Message += " (" + db + ")"
+		}
+		return []Reason{r}
 	case db != "":
-		add(ReasonDatabase, ClassPoorFit,
+		return []Reason{newReason(ReasonDatabase, ClassPoorFit,
 			"Keep the primary On-Demand (lifeboat.dev/tier=critical); only read replicas that can be rebuilt belong on Spot.",
-			"looks like a database (%s): a reclaim fails over or loses the primary", db)
-	case kind == policy.KindStatefulSet && s.VolumeClaimTemplates > 0:
-		add(ReasonStatefulVolumes, ClassCheckpointNeeded,
+			"looks like a database (%s): a reclaim fails over or loses the primary", db)}
+	case withVolumes:
+		return []Reason{newReason(ReasonStatefulVolumes, ClassCheckpointNeeded,
 			"Make each member restartable from its volume (EBS reattaches in the same zone in about a minute) and keep its PDB at maxUnavailable: 1; label it lifeboat.dev/tier=checkpointed.",
-			"StatefulSet with volume claim templates: each Pod's state must survive a restart on another node")
+			"StatefulSet with volume claim templates: each Pod's state must survive a restart on another node")}
 	}
-	if db != "" && quorum {
-		v.Reasons[len(v.Reasons)-1].Message += " (" + db + ")"
-	}
+	return nil
+}
 
-	if kind == policy.KindJob || kind == policy.KindCronJob {
-		long := max(s.ActiveDeadline, s.LongestRun)
-		if long > LongJob && !checkpointHint(s.Labels, s.Template) {
-			add(ReasonLongJobNoCheckpoint, ClassCheckpointNeeded,
-				"Save progress to durable storage at least every 2 minutes and resume from it on restart, then label it lifeboat.dev/tier=checkpointed (or keep it On-Demand).",
-				"runs up to %s with no checkpoint hint: a reclaim restarts it from the beginning", long.Round(time.Second))
-		}
-	}
+// isQuorumSize: an odd member count from 3 to 7, the sizes of consensus systems.
+func isQuorumSize(replicas int32) bool { return replicas%2 == 1 && replicas >= 3 && replicas <= 7 }
 
-	v.Class = ClassReady
-	for _, r := range v.Reasons {
-		if r.Class.rank() > v.Class.rank() {
-			v.Class = r.Class
-		}
+// jobReasons: a Job (or CronJob) that runs longer than LongJob without a checkpoint hint.
+func jobReasons(s Spec) []Reason {
+	if !isJobKind(policy.Kind(s.Kind)) {
+		return nil
 	}
-	sort.SliceStable(v.Reasons, func(i, j int) bool { return v.Reasons[i].Class.rank() > v.Reasons[j].Class.rank() })
-	return v
+	long := max(s.ActiveDeadline, s.LongestRun)
+	if long <= LongJob || checkpointHint(s.Labels, s.Template) {
+		return nil
+	}
+	return []Reason{newReason(ReasonLongJobNoCheckpoint, ClassCheckpointNeeded,
+		"Save progress to durable storage at least every 2 minutes and resume from it on restart, then label it lifeboat.dev/tier=checkpointed (or keep it On-Demand).",
+		"runs up to %s with no checkpoint hint: a reclaim restarts it from the beginning", long.Round(time.Second))}
 }
 
 func containersWithoutRequests(spec corev1.PodSpec) []string {

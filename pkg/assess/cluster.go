@@ -18,13 +18,32 @@ const MinCapacityPools = 10
 
 // eligible: the workload would run on Spot under Lifeboat once its fixes are in.
 func (g *group) eligible() bool {
-	k := policy.Kind(g.spec.Kind)
-	supported := k == policy.KindDeployment || k == policy.KindStatefulSet || k == policy.KindJob || k == policy.KindCronJob
-	return supported && g.verdict.Class != ClassPoorFit && g.verdict.Tier != string(v1alpha1.TierCritical)
+	return protectableKind(policy.Kind(g.spec.Kind)) && g.verdict.Class != ClassPoorFit && g.verdict.Tier != string(v1alpha1.TierCritical)
 }
 
+// clusterFindings judges the cluster as a whole: its capacity pools, the correlated-reclaim
+// exposure, the warm pool that covers it, and the Karpenter NodePools.
 func clusterFindings(s *Snapshot, nodes map[string]*node, groups []*group, opts Options, findings *[]Finding) Cluster {
-	c := Cluster{NodePools: []NodePool{}, CapacityPools: []CapacityPool{}}
+	pools := capacityPools(nodes)
+	items := collectPodItems(groups, nodes, pools)
+	c := Cluster{NodePools: []NodePool{}, CapacityPools: sortedCapacityPools(pools)}
+	var sizeFor map[string][]sizing.Item
+	c.Exposure, sizeFor = correlatedExposure(items, pools)
+	if f, ok := exposureFinding(c.Exposure); ok {
+		*findings = append(*findings, f)
+	}
+	c.WarmPool = warmPool(nodes, sizeFor, opts, findings)
+	c.NodePools = nodePools(s.NodePools, nodes, findings)
+	if len(s.NodePools) == 0 && s.ListErrors["nodepools.karpenter.sh"] == "" {
+		*findings = append(*findings, Finding{Code: "no-nodepools", Severity: "info",
+			Message: "no Karpenter NodePools: Lifeboat works alongside Karpenter (docs/ARCHITECTURE.md); the Spot figures assume Spot capacity can be launched"})
+	}
+	return c
+}
+
+// capacityPools counts the nodes of each instance type × zone × capacity type (nodes without
+// an instance type are left out).
+func capacityPools(nodes map[string]*node) map[string]*CapacityPool {
 	pools := map[string]*CapacityPool{}
 	for _, n := range nodes {
 		if n.instanceType == "" {
@@ -37,19 +56,45 @@ func clusterFindings(s *Snapshot, nodes map[string]*node, groups []*group, opts 
 		}
 		p.Nodes++
 	}
-	// Pods of the exposure basis, per Spot pool, for the warm-pool sizing.
-	eligibleItems, protectedItems := map[string][]sizing.Item{}, map[string][]sizing.Item{}
-	allItems := map[string][]sizing.Item{}
-	totalEligible, totalProtected := 0, 0
+	return pools
+}
+
+// sortedCapacityPools lists the pools, most Pods first, then by name.
+func sortedCapacityPools(pools map[string]*CapacityPool) []CapacityPool {
+	out := []CapacityPool{}
+	for _, p := range pools {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Pods != b.Pods {
+			return a.Pods > b.Pods
+		}
+		return a.InstanceType+a.Zone+a.CapacityType < b.InstanceType+b.Zone+b.CapacityType
+	})
+	return out
+}
+
+// podItems are the Pods of the exposure bases, per capacity pool, for the warm-pool sizing.
+type podItems struct {
+	// eligible and protected hold the Pods on Spot pools; all the eligible Pods on any pool.
+	eligible, protected, all      map[string][]sizing.Item
+	totalEligible, totalProtected int
+}
+
+// collectPodItems sorts the Pods of the groups into their capacity pools, counting each pool's
+// Pods, eligible Pods and protected Pods as it goes.
+func collectPodItems(groups []*group, nodes map[string]*node, pools map[string]*CapacityPool) podItems {
+	it := podItems{eligible: map[string][]sizing.Item{}, protected: map[string][]sizing.Item{}, all: map[string][]sizing.Item{}}
 	for _, g := range groups {
 		el := g.eligible()
 		for _, p := range g.pods {
 			prot := isProtectedPod(p)
 			if el {
-				totalEligible++
+				it.totalEligible++
 			}
 			if prot {
-				totalProtected++
+				it.totalProtected++
 			}
 			n := nodes[p.Spec.NodeName]
 			if n == nil || n.instanceType == "" {
@@ -57,76 +102,72 @@ func clusterFindings(s *Snapshot, nodes map[string]*node, groups []*group, opts 
 			}
 			cp := pools[n.pool()]
 			cp.Pods++
-			it := podItem(p.Namespace+"/"+p.Name, p)
+			item := podItem(p.Namespace+"/"+p.Name, p)
 			if el {
 				cp.EligiblePods++
-				allItems[n.pool()] = append(allItems[n.pool()], it)
+				it.all[n.pool()] = append(it.all[n.pool()], item)
 				if n.capacityType == CapacitySpot {
-					eligibleItems[n.pool()] = append(eligibleItems[n.pool()], it)
+					it.eligible[n.pool()] = append(it.eligible[n.pool()], item)
 				}
 			}
 			if prot {
 				cp.ProtectedPods++
 				if n.capacityType == CapacitySpot {
-					protectedItems[n.pool()] = append(protectedItems[n.pool()], it)
+					it.protected[n.pool()] = append(it.protected[n.pool()], item)
 				}
 			}
 		}
 	}
-	for _, p := range pools {
-		c.CapacityPools = append(c.CapacityPools, *p)
-	}
-	sort.Slice(c.CapacityPools, func(i, j int) bool {
-		a, b := c.CapacityPools[i], c.CapacityPools[j]
-		if a.Pods != b.Pods {
-			return a.Pods > b.Pods
-		}
-		return a.InstanceType+a.Zone+a.CapacityType < b.InstanceType+b.Zone+b.CapacityType
-	})
+	return it
+}
 
-	// Exposure: the protected Pods if Lifeboat protects any today, else the eligible ones.
-	basis, items, total := "eligible", eligibleItems, totalEligible
-	if totalProtected > 0 {
-		basis, items, total = "protected", protectedItems, totalProtected
+// correlatedExposure finds the busiest Spot pool of the protected Pods if Lifeboat protects any today,
+// else of the eligible ones; without any on Spot, the busiest pool of eligible Pods as if it
+// were Spot (where Karpenter would put them once allowed). It returns the Pods per pool the warm
+// pool is sized for.
+func correlatedExposure(it podItems, pools map[string]*CapacityPool) (Exposure, map[string][]sizing.Item) {
+	basis, items, total := "eligible", it.eligible, it.totalEligible
+	if it.totalProtected > 0 {
+		basis, items, total = "protected", it.protected, it.totalProtected
 	}
-	c.Exposure = Exposure{Basis: basis, Of: total}
-	bestPool := ""
-	for _, k := range sortedKeys(items) {
-		if len(items[k]) > c.Exposure.Pods {
-			bestPool, c.Exposure.Pods = k, len(items[k])
-		}
+	e := Exposure{Basis: basis, Of: total}
+	best, pods := busiestPool(items)
+	if best == "" {
+		e.Note = "no " + basis + " Pods run on Spot nodes yet; the warm pool is sized for the busiest pool as if it were Spot"
+		items = it.all
+		best, pods = busiestPool(items)
 	}
-	if bestPool == "" {
-		c.Exposure.Note = "no " + basis + " Pods run on Spot nodes yet; the warm pool is sized for the busiest pool as if it were Spot"
-		// Size as if the busiest pool of eligible Pods were Spot: that is where Karpenter would
-		// put them once allowed.
-		items = allItems
-		for _, k := range sortedKeys(items) {
-			if len(items[k]) > c.Exposure.Pods {
-				bestPool, c.Exposure.Pods = k, len(items[k])
-			}
-		}
-	}
-	if bestPool != "" {
-		c.Exposure.Pool = bestPool
-		c.Exposure.Nodes = pools[bestPool].Nodes
+	e.Pods = pods
+	if best != "" {
+		e.Pool = best
+		e.Nodes = pools[best].Nodes
 		if total > 0 {
-			c.Exposure.Share = float64(int(float64(c.Exposure.Pods)/float64(total)*1000)) / 1000
-		}
-		if c.Exposure.Share > 0.3 && !strings.HasSuffix(bestPool, "/"+CapacityOnDemand) {
-			*findings = append(*findings, Finding{Code: "correlated-exposure", Severity: "warning",
-				Message: fmt.Sprintf("%.0f %% of the %s Pods (%d of %d) run in one Spot capacity pool (%s, %d nodes): one correlated reclaim hits them together",
-					c.Exposure.Share*100, basis, c.Exposure.Pods, total, bestPool, c.Exposure.Nodes),
-				Fix: "allow more instance types and zones in the NodePools (see their findings), spread replicas with topologySpreadConstraints on topology.kubernetes.io/zone, and size the warm pool for this pool"})
+			e.Share = float64(int(float64(e.Pods)/float64(total)*1000)) / 1000
 		}
 	}
-	c.WarmPool = warmPool(nodes, items, opts, findings)
-	c.NodePools = nodePools(s.NodePools, nodes, findings)
-	if len(s.NodePools) == 0 && s.ListErrors["nodepools.karpenter.sh"] == "" {
-		*findings = append(*findings, Finding{Code: "no-nodepools", Severity: "info",
-			Message: "no Karpenter NodePools: Lifeboat works alongside Karpenter (docs/ARCHITECTURE.md); the Spot figures assume Spot capacity can be launched"})
+	return e, items
+}
+
+// busiestPool is the pool with the most items (the first by name among equals) and its count;
+// "" and 0 when no pool has any.
+func busiestPool(items map[string][]sizing.Item) (pool string, n int) {
+	for _, k := range sortedKeys(items) {
+		if len(items[k]) > n {
+			pool, n = k, len(items[k])
+		}
 	}
-	return c
+	return pool, n
+}
+
+// exposureFinding warns when more than 30 % of the basis Pods sit in one Spot pool.
+func exposureFinding(e Exposure) (Finding, bool) {
+	if e.Pool == "" || e.Share <= 0.3 || strings.HasSuffix(e.Pool, "/"+CapacityOnDemand) {
+		return Finding{}, false
+	}
+	return Finding{Code: "correlated-exposure", Severity: "warning",
+		Message: fmt.Sprintf("%.0f %% of the %s Pods (%d of %d) run in one Spot capacity pool (%s, %d nodes): one correlated reclaim hits them together",
+			e.Share*100, e.Basis, e.Pods, e.Of, e.Pool, e.Nodes),
+		Fix: "allow more instance types and zones in the NodePools (see their findings), spread replicas with topologySpreadConstraints on topology.kubernetes.io/zone, and size the warm pool for this pool"}, true
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -148,7 +189,7 @@ func warmPool(nodes map[string]*node, items map[string][]sizing.Item, opts Optio
 	}
 	a.InstanceType = typ
 	var shape *sizing.Resources
-	for _, n := range sortedNodes(nodes) {
+	for _, n := range sortedValues(nodes) {
 		if n.instanceType == typ && n.alloc.MilliCPU > 0 {
 			s := n.alloc
 			shape = &s
@@ -182,8 +223,9 @@ func warmPool(nodes map[string]*node, items map[string][]sizing.Item, opts Optio
 	return a
 }
 
-func sortedNodes(m map[string]*node) []*node {
-	out := make([]*node, 0, len(m))
+// sortedValues lists the map's values in the order of their keys.
+func sortedValues[V any](m map[string]V) []V {
+	out := make([]V, 0, len(m))
 	for _, k := range sortedKeys(m) {
 		out = append(out, m[k])
 	}

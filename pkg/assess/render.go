@@ -19,7 +19,27 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteTable prints the report for a terminal: summary, workloads, fixes, the curve, the
 // cluster. Money is USD a month; the figures are the JSON's, rounded.
 func (r *Report) WriteTable(out io.Writer) error {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw := newTableWriter(out)
+	r.writeSummary(tw)
+	r.writeWorkloads(tw)
+	tw.Flush()
+	r.writeFixes(out) // not aligned: a fix may span lines
+	tw = newTableWriter(out)
+	r.writeCurve(tw)
+	writeNodePools(tw, r.Cluster.NodePools)
+	writeCapacityPools(tw, r.Cluster.CapacityPools)
+	writeExposure(tw, r.Cluster.Exposure)
+	writeWarmPool(tw, r.Cluster.WarmPool)
+	writeFindings(tw, r.Findings)
+	return tw.Flush()
+}
+
+func newTableWriter(out io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+}
+
+// writeSummary prints the heading, the class counts and the money totals.
+func (r *Report) writeSummary(tw io.Writer) {
 	s := r.Summary
 	fmt.Fprintf(tw, "SPOT ASSESSMENT (%s; prices %s %s, Spot discount %.0f %%)\n", r.Scope, r.Prices.Region, dateOnly(r.Prices.Date), r.Prices.SpotDiscount*100)
 	fmt.Fprintf(tw, "  %d workloads, %d Pods, %d nodes: %d ready, %d ready-with-changes, %d checkpoint-needed, %d poor-fit\n",
@@ -27,7 +47,10 @@ func (r *Report) WriteTable(out io.Writer) error {
 	fmt.Fprintf(tw, "  spend $%.2f/month as placed; $%.2f all On-Demand, $%.2f all Spot\n", s.MonthlyCost, s.MonthlyOnDemand, s.MonthlySpot)
 	fmt.Fprintf(tw, "  possible Spot savings $%.2f/month (%s); $%.2f of it not taken yet; poor-fit workloads forgo $%.2f\n",
 		s.PossibleSavings, r.Curve.Headline, s.RemainingSavings, s.PoorFitSavings)
+}
 
+// writeWorkloads prints a row per workload with its reason codes, then the unclassified Pods.
+func (r *Report) writeWorkloads(tw io.Writer) {
 	fmt.Fprintln(tw, "\nWORKLOADS")
 	fmt.Fprintln(tw, "  WORKLOAD\tCLASS\tTIER\tREPLICAS\tPODS\tON SPOT\t$/MONTH\tSAVINGS/MONTH\tREASONS")
 	for _, w := range r.Workloads {
@@ -44,64 +67,85 @@ func (r *Report) WriteTable(out io.Writer) error {
 			fmt.Fprintf(tw, "  %s/%s/%s\t%d Pods\t%s\n", u.Namespace, lower(u.OwnerKind), u.OwnerName, u.Pods, u.Reason)
 		}
 	}
-	tw.Flush()
+}
 
+// writeFixes prints every reason of every workload with its fix.
+func (r *Report) writeFixes(out io.Writer) {
 	fmt.Fprintln(out, "\nFIXES")
 	any := false
 	for _, w := range r.Workloads {
 		for _, rs := range w.Reasons {
 			any = true
-			fix := rs.Fix
-			if rs.Code == ReasonMissingPDB { // the YAML is in -o json; the command prints it
-				fix = "lifeboat pdb " + lower(w.Kind) + "/" + w.Name + " -n " + w.Namespace + " | kubectl apply -f -"
-			}
-			fmt.Fprintf(out, "  %s [%s] %s\n      fix: %s\n", w.Ref(), rs.Code, rs.Message, fix)
+			fmt.Fprintf(out, "  %s [%s] %s\n      fix: %s\n", w.Ref(), rs.Code, rs.Message, tableFix(w, rs))
 		}
 	}
 	if !any {
 		fmt.Fprintln(out, "  none")
 	}
+}
 
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+// tableFix is a reason's fix for the terminal: the missing PDB's YAML gives way to the command
+// that prints it (-o json keeps the YAML).
+func tableFix(w Workload, rs Reason) string {
+	if rs.Code == ReasonMissingPDB {
+		return "lifeboat pdb " + lower(w.Kind) + "/" + w.Name + " -n " + w.Namespace + " | kubectl apply -f -"
+	}
+	return rs.Fix
+}
+
+// maxCurveRows bounds the curve's rows in the table.
+const maxCurveRows = 15
+
+// writeCurve prints the headline and the first points of the savings curve.
+func (r *Report) writeCurve(tw io.Writer) {
 	fmt.Fprintln(tw, "\nSAVINGS CURVE (by savings per unit of risk)")
 	fmt.Fprintf(tw, "  %s\n", r.Curve.Headline)
 	if len(r.Curve.Points) > 0 {
 		fmt.Fprintln(tw, "  RANK\tWORKLOAD\tCLASS\tSAVINGS/MONTH\tCUMULATIVE\t%")
 	}
 	for i, p := range r.Curve.Points {
-		if i == 15 {
+		if i == maxCurveRows {
 			fmt.Fprintf(tw, "  …\t%d more (-o json has them all)\n", len(r.Curve.Points)-i)
 			break
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%.2f\t%.2f\t%.1f\n", p.Rank, p.Workload, p.Class, p.MonthlySavings, p.Cumulative, p.CumulativePercent)
 	}
+}
 
-	c := r.Cluster
+func writeNodePools(tw io.Writer, nodePools []NodePool) {
 	fmt.Fprintln(tw, "\nKARPENTER NODEPOOLS")
-	if len(c.NodePools) == 0 {
+	if len(nodePools) == 0 {
 		fmt.Fprintln(tw, "  none")
 	} else {
 		fmt.Fprintln(tw, "  NAME\tSPOT\tCAPACITY TYPES\tINSTANCE TYPES\tZONES\tCAPACITY POOLS\tCONSOLIDATION\tNODES")
 	}
-	for _, np := range c.NodePools {
+	for _, np := range nodePools {
 		pools := fmt.Sprint(np.CapacityPools)
 		if !np.Constrained {
 			pools += " (observed; not pinned)"
 		}
 		fmt.Fprintf(tw, "  %s\t%v\t%s\t%s\t%s\t%s\t%s\t%d\n", np.Name, np.SpotAllowed, np.CapacityType, listOrAny(np.InstanceTypes), listOrAny(np.Zones), pools, np.ConsolidationPolicy, np.Nodes)
 	}
+}
+
+// maxCapacityPoolRows bounds the capacity pools' rows in the table.
+const maxCapacityPoolRows = 10
+
+func writeCapacityPools(tw io.Writer, pools []CapacityPool) {
 	fmt.Fprintln(tw, "\nCAPACITY POOLS (instance type / zone / capacity type)")
-	if len(c.CapacityPools) > 0 {
+	if len(pools) > 0 {
 		fmt.Fprintln(tw, "  POOL\tNODES\tPODS\tELIGIBLE\tPROTECTED")
 	}
-	for i, p := range c.CapacityPools {
-		if i == 10 {
-			fmt.Fprintf(tw, "  …\t%d more\n", len(c.CapacityPools)-i)
+	for i, p := range pools {
+		if i == maxCapacityPoolRows {
+			fmt.Fprintf(tw, "  …\t%d more\n", len(pools)-i)
 			break
 		}
 		fmt.Fprintf(tw, "  %s/%s/%s\t%d\t%d\t%d\t%d\n", p.InstanceType, p.Zone, p.CapacityType, p.Nodes, p.Pods, p.EligiblePods, p.ProtectedPods)
 	}
-	e := c.Exposure
+}
+
+func writeExposure(tw io.Writer, e Exposure) {
 	fmt.Fprintln(tw, "\nCORRELATED-RECLAIM EXPOSURE")
 	if e.Pool != "" {
 		fmt.Fprintf(tw, "  %.1f %% of the %s Pods (%d of %d) in one pool: %s (%d nodes)\n", e.Share*100, e.Basis, e.Pods, e.Of, e.Pool, e.Nodes)
@@ -109,7 +153,9 @@ func (r *Report) WriteTable(out io.Writer) error {
 	if e.Note != "" {
 		fmt.Fprintf(tw, "  %s\n", e.Note)
 	}
-	wp := c.WarmPool
+}
+
+func writeWarmPool(tw io.Writer, wp WarmPoolAdvice) {
 	fmt.Fprintln(tw, "\nWARM POOL (size: auto)")
 	if wp.InstanceType != "" {
 		fmt.Fprintf(tw, "  %d × %s covering %s: $%.2f/month (EBS %d GiB each + %g reclaims × %g min active) vs overprovisioning $%.2f/month\n",
@@ -118,17 +164,19 @@ func (r *Report) WriteTable(out io.Writer) error {
 	if wp.Note != "" {
 		fmt.Fprintf(tw, "  %s\n", wp.Note)
 	}
+}
+
+func writeFindings(tw io.Writer, findings []Finding) {
 	fmt.Fprintln(tw, "\nFINDINGS")
-	if len(r.Findings) == 0 {
+	if len(findings) == 0 {
 		fmt.Fprintln(tw, "  none")
 	}
-	for _, f := range r.Findings {
+	for _, f := range findings {
 		fmt.Fprintf(tw, "  %s [%s] %s\n", f.Severity, f.Code, f.Message)
 		if f.Fix != "" {
 			fmt.Fprintf(tw, "      fix: %s\n", f.Fix)
 		}
 	}
-	return tw.Flush()
 }
 
 func dateOnly(s string) string {

@@ -171,61 +171,112 @@ func group0(ix *index, kind, ns, name string, labels map[string]string, tmpl cor
 // workloads builds one group per workload object and assigns every running Pod to its workload
 // by walking controller references through the snapshot (never the API).
 func workloads(s *Snapshot, ix *index, cfg policy.Config, now time.Time, findings *[]Finding) (map[string]*group, []Unclassified) {
-	groups := map[string]*group{}
-	put := func(g *group) *group {
-		if old, ok := groups[g.key()]; ok {
-			return old
-		}
-		groups[g.key()] = g
-		return g
+	b := &groupBuilder{ix: ix, cfg: cfg, now: now, groups: map[string]*group{}, unclassified: map[string]*Unclassified{}}
+	b.addDeployments(s.Deployments)
+	b.addStatefulSets(s.StatefulSets)
+	b.addCronJobs(s.CronJobs)
+	b.addJobs(s.Jobs)
+	*findings = append(*findings, b.addRollouts(s.Rollouts)...)
+	for i := range s.Pods {
+		b.addPod(&s.Pods[i])
 	}
-	skip := func(ns string) bool { return cfg.Exempt(ns) }
-	for i := range s.Deployments {
-		d := &s.Deployments[i]
-		if !skip(d.Namespace) {
-			put(group0(ix, string(policy.KindDeployment), d.Namespace, d.Name, d.Labels, d.Spec.Template, d.Spec.Replicas, d.Spec.Selector))
+	if b.daemonPods > 0 {
+		*findings = append(*findings, Finding{Code: "daemon-pods", Severity: "info",
+			Message: fmt.Sprintf("%d DaemonSet and static Pods are not assessed: they run on every node and leave with it", b.daemonPods)})
+	}
+	return b.groups, sortedUnclassified(b.unclassified)
+}
+
+// groupBuilder assembles the groups of one snapshot: the workload objects first, then their
+// Pods.
+type groupBuilder struct {
+	ix     *index
+	cfg    policy.Config
+	now    time.Time
+	groups map[string]*group
+	// unclassified collects the Pods of owners assess does not know, by owner.
+	unclassified map[string]*Unclassified
+	// daemonPods counts the node-bound Pods (DaemonSets, static Pods), which are not assessed.
+	daemonPods int
+}
+
+// put adds g unless a group of its key exists, and returns the group of the key.
+func (b *groupBuilder) put(g *group) *group {
+	if old, ok := b.groups[g.key()]; ok {
+		return old
+	}
+	b.groups[g.key()] = g
+	return g
+}
+
+// skip: namespaces the policy exempts are not assessed.
+func (b *groupBuilder) skip(ns string) bool { return b.cfg.Exempt(ns) }
+
+func (b *groupBuilder) addDeployments(list []appsv1.Deployment) {
+	for i := range list {
+		d := &list[i]
+		if !b.skip(d.Namespace) {
+			b.put(group0(b.ix, string(policy.KindDeployment), d.Namespace, d.Name, d.Labels, d.Spec.Template, d.Spec.Replicas, d.Spec.Selector))
 		}
 	}
-	for i := range s.StatefulSets {
-		st := &s.StatefulSets[i]
-		if skip(st.Namespace) {
+}
+
+// addStatefulSets adds the StatefulSets with their volume claim templates; a template of a
+// StorageClass without a provisioner is a node-local volume.
+func (b *groupBuilder) addStatefulSets(list []appsv1.StatefulSet) {
+	for i := range list {
+		st := &list[i]
+		if b.skip(st.Namespace) {
 			continue
 		}
-		g := put(group0(ix, string(policy.KindStatefulSet), st.Namespace, st.Name, st.Labels, st.Spec.Template, st.Spec.Replicas, st.Spec.Selector))
+		g := b.put(group0(b.ix, string(policy.KindStatefulSet), st.Namespace, st.Name, st.Labels, st.Spec.Template, st.Spec.Replicas, st.Spec.Selector))
 		g.spec.VolumeClaimTemplates = len(st.Spec.VolumeClaimTemplates)
 		for _, t := range st.Spec.VolumeClaimTemplates {
-			if t.Spec.StorageClassName != nil && ix.noProvisSC[*t.Spec.StorageClassName] {
+			if t.Spec.StorageClassName != nil && b.ix.noProvisSC[*t.Spec.StorageClassName] {
 				g.spec.LocalVolumes = appendUnique(g.spec.LocalVolumes, t.Name)
 			}
 		}
 	}
-	for i := range s.CronJobs {
-		c := &s.CronJobs[i]
-		if skip(c.Namespace) {
+}
+
+// addCronJobs adds the CronJobs from their job templates.
+func (b *groupBuilder) addCronJobs(list []batchv1.CronJob) {
+	for i := range list {
+		c := &list[i]
+		if b.skip(c.Namespace) {
 			continue
 		}
 		js := c.Spec.JobTemplate.Spec
-		g := put(group0(ix, string(policy.KindCronJob), c.Namespace, c.Name, c.Labels, js.Template, js.Parallelism, nil))
+		g := b.put(group0(b.ix, string(policy.KindCronJob), c.Namespace, c.Name, c.Labels, js.Template, js.Parallelism, nil))
 		if js.ActiveDeadlineSeconds != nil {
 			g.spec.ActiveDeadline = time.Duration(*js.ActiveDeadlineSeconds) * time.Second
 		}
 	}
-	for i := range s.Jobs {
-		j := &s.Jobs[i]
-		if skip(j.Namespace) {
+}
+
+// addJobs adds the Jobs that no CronJob owns (those count under their CronJob).
+func (b *groupBuilder) addJobs(list []batchv1.Job) {
+	for i := range list {
+		j := &list[i]
+		if b.skip(j.Namespace) {
 			continue
 		}
 		if ref := controllerRef(j.OwnerReferences); ref != nil && ref.Kind == string(policy.KindCronJob) {
-			continue // its Pods count under the CronJob
+			continue
 		}
-		g := put(group0(ix, string(policy.KindJob), j.Namespace, j.Name, j.Labels, j.Spec.Template, j.Spec.Parallelism, j.Spec.Selector))
+		g := b.put(group0(b.ix, string(policy.KindJob), j.Namespace, j.Name, j.Labels, j.Spec.Template, j.Spec.Parallelism, j.Spec.Selector))
 		if j.Spec.ActiveDeadlineSeconds != nil {
 			g.spec.ActiveDeadline = time.Duration(*j.Spec.ActiveDeadlineSeconds) * time.Second
 		}
 	}
-	for i := range s.Rollouts {
-		r := &s.Rollouts[i]
-		if skip(r.GetNamespace()) {
+}
+
+// addRollouts adds the Argo Rollouts; one whose spec cannot be read is left out with a finding.
+func (b *groupBuilder) addRollouts(list []unstructured.Unstructured) []Finding {
+	var findings []Finding
+	for i := range list {
+		r := &list[i]
+		if b.skip(r.GetNamespace()) {
 			continue
 		}
 		var spec struct {
@@ -235,95 +286,114 @@ func workloads(s *Snapshot, ix *index, cfg policy.Config, now time.Time, finding
 		}
 		if m, ok := r.Object["spec"].(map[string]any); ok {
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
-				*findings = append(*findings, Finding{Code: "bad-object", Severity: "warning",
+				findings = append(findings, Finding{Code: "bad-object", Severity: "warning",
 					Message: fmt.Sprintf("Rollout %s/%s: cannot read its spec (%v); it is left out", r.GetNamespace(), r.GetName(), err)})
 				continue
 			}
 		}
-		put(group0(ix, KindRollout, r.GetNamespace(), r.GetName(), r.GetLabels(), spec.Template, spec.Replicas, spec.Selector))
+		b.put(group0(b.ix, KindRollout, r.GetNamespace(), r.GetName(), r.GetLabels(), spec.Template, spec.Replicas, spec.Selector))
 	}
+	return findings
+}
 
-	unclassified := map[string]*Unclassified{}
-	daemonPods := 0
-	for i := range s.Pods {
-		p := &s.Pods[i]
-		if skip(p.Namespace) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		fromPod := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: p.Labels, Annotations: p.Annotations}, Spec: p.Spec}
-		var g *group
-		ref := controllerRef(p.OwnerReferences)
-		switch {
-		case ref == nil:
-			one := int32(1)
-			g = put(group0(ix, KindPod, p.Namespace, p.Name, p.Labels, fromPod, &one, nil))
-		case ref.Kind == "ReplicaSet":
-			rs := ix.rs[nn(p.Namespace, ref.Name)]
-			var up *metav1.OwnerReference
-			if rs != nil {
-				up = controllerRef(rs.OwnerReferences)
-			}
-			switch {
-			case up != nil && (up.Kind == string(policy.KindDeployment) || up.Kind == KindRollout):
-				g = groups[p.Namespace+"/"+up.Kind+"/"+up.Name]
-			case up != nil:
-				unclassifiedPod(unclassified, p.Namespace, up.Kind, up.Name)
-				continue
-			case rs != nil:
-				g = put(group0(ix, KindReplicaSet, p.Namespace, rs.Name, rs.Labels, rs.Spec.Template, rs.Spec.Replicas, rs.Spec.Selector))
-			default:
-				g = put(group0(ix, KindReplicaSet, p.Namespace, ref.Name, nil, fromPod, nil, nil))
-			}
-		case ref.Kind == string(policy.KindStatefulSet):
-			g = groups[p.Namespace+"/StatefulSet/"+ref.Name]
-		case ref.Kind == string(policy.KindJob):
-			job := ix.jobs[nn(p.Namespace, ref.Name)]
-			if job != nil {
-				if up := controllerRef(job.OwnerReferences); up != nil && up.Kind == string(policy.KindCronJob) {
-					g = groups[p.Namespace+"/CronJob/"+up.Name]
-				} else {
-					g = groups[p.Namespace+"/Job/"+job.Name]
-				}
-			} else {
-				g = put(group0(ix, string(policy.KindJob), p.Namespace, ref.Name, nil, fromPod, nil, nil))
-			}
-		case ref.Kind == "DaemonSet" || ref.Kind == "Node":
-			daemonPods++ // node-bound: they come and go with their node
-			continue
-		default:
-			unclassifiedPod(unclassified, p.Namespace, ref.Kind, ref.Name)
-			continue
-		}
-		if g == nil { // the owner was not listed (deleted meanwhile, or its list failed)
-			g = put(group0(ix, ref.Kind, p.Namespace, ref.Name, nil, fromPod, nil, nil))
-		}
-		g.pods = append(g.pods, p)
-		if g.spec.Kind == string(policy.KindJob) || g.spec.Kind == string(policy.KindCronJob) {
-			if p.Status.StartTime != nil && p.Status.Phase == corev1.PodRunning {
-				g.spec.LongestRun = max(g.spec.LongestRun, now.Sub(p.Status.StartTime.Time))
-			}
-		}
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim == nil {
-				continue
-			}
-			if ix.localClaim(p.Namespace, v.PersistentVolumeClaim.ClaimName) {
-				g.spec.LocalVolumes = appendUnique(g.spec.LocalVolumes, v.Name)
-			}
+// addPod assigns a running Pod to its workload, with its run time (Jobs) and its node-local
+// volumes. Terminated Pods, node-bound ones and those of unknown owners are not assigned.
+func (b *groupBuilder) addPod(p *corev1.Pod) {
+	if b.skip(p.Namespace) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return
+	}
+	g := b.podGroup(p)
+	if g == nil {
+		return
+	}
+	g.pods = append(g.pods, p)
+	if isJobKind(policy.Kind(g.spec.Kind)) && p.Status.StartTime != nil && p.Status.Phase == corev1.PodRunning {
+		g.spec.LongestRun = max(g.spec.LongestRun, b.now.Sub(p.Status.StartTime.Time))
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && b.ix.localClaim(p.Namespace, v.PersistentVolumeClaim.ClaimName) {
+			g.spec.LocalVolumes = appendUnique(g.spec.LocalVolumes, v.Name)
 		}
 	}
+}
+
+// podGroup finds the group of a Pod by its controller reference, making one when the owner is
+// not listed (deleted meanwhile, or its list failed): a bare Pod is its own workload. It returns
+// nil for node-bound Pods (counted in daemonPods) and Pods of owners assess does not know
+// (recorded as unclassified).
+func (b *groupBuilder) podGroup(p *corev1.Pod) *group {
+	fromPod := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: p.Labels, Annotations: p.Annotations}, Spec: p.Spec}
+	ref := controllerRef(p.OwnerReferences)
+	var g *group
+	switch {
+	case ref == nil:
+		one := int32(1)
+		return b.put(group0(b.ix, KindPod, p.Namespace, p.Name, p.Labels, fromPod, &one, nil))
+	case ref.Kind == KindReplicaSet:
+		var known bool
+		if g, known = b.replicaSetGroup(p.Namespace, ref.Name); !known {
+			return nil
+		}
+	case ref.Kind == string(policy.KindStatefulSet):
+		g = b.groups[p.Namespace+"/StatefulSet/"+ref.Name]
+	case ref.Kind == string(policy.KindJob):
+		g = b.jobGroup(p.Namespace, ref.Name)
+	case ref.Kind == "DaemonSet" || ref.Kind == "Node":
+		b.daemonPods++ // node-bound: they come and go with their node
+		return nil
+	default:
+		unclassifiedPod(b.unclassified, p.Namespace, ref.Kind, ref.Name)
+		return nil
+	}
+	if g == nil { // the owner was not listed: a group of the owner reference, shaped by the Pod
+		g = b.put(group0(b.ix, ref.Kind, p.Namespace, ref.Name, nil, fromPod, nil, nil))
+	}
+	return g
+}
+
+// replicaSetGroup is the group of a ReplicaSet's Pods: its Deployment's or Rollout's, or the
+// ReplicaSet's own when nothing controls it. nil when the ReplicaSet or its owner is not listed;
+// known is false when an owner of another kind controls it (the Pod is then unclassified).
+func (b *groupBuilder) replicaSetGroup(ns, name string) (g *group, known bool) {
+	rs := b.ix.rs[nn(ns, name)]
+	if rs == nil {
+		return nil, true
+	}
+	up := controllerRef(rs.OwnerReferences)
+	switch {
+	case up == nil:
+		return b.put(group0(b.ix, KindReplicaSet, ns, rs.Name, rs.Labels, rs.Spec.Template, rs.Spec.Replicas, rs.Spec.Selector)), true
+	case up.Kind == string(policy.KindDeployment) || up.Kind == KindRollout:
+		return b.groups[ns+"/"+up.Kind+"/"+up.Name], true
+	default:
+		unclassifiedPod(b.unclassified, ns, up.Kind, up.Name)
+		return nil, false
+	}
+}
+
+// jobGroup is the group of a Job's Pods: its CronJob's when one owns it, else the Job's; nil
+// when the Job or its CronJob is not listed.
+func (b *groupBuilder) jobGroup(ns, name string) *group {
+	job := b.ix.jobs[nn(ns, name)]
+	if job == nil {
+		return nil
+	}
+	if up := controllerRef(job.OwnerReferences); up != nil && up.Kind == string(policy.KindCronJob) {
+		return b.groups[ns+"/CronJob/"+up.Name]
+	}
+	return b.groups[ns+"/Job/"+job.Name]
+}
+
+// sortedUnclassified lists the unclassified owners by namespace, kind and name.
+func sortedUnclassified(m map[string]*Unclassified) []Unclassified {
 	var out []Unclassified
-	for _, u := range unclassified {
+	for _, u := range m {
 		out = append(out, *u)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Namespace+"/"+out[i].OwnerKind+"/"+out[i].OwnerName < out[j].Namespace+"/"+out[j].OwnerKind+"/"+out[j].OwnerName
 	})
-	if daemonPods > 0 {
-		*findings = append(*findings, Finding{Code: "daemon-pods", Severity: "info",
-			Message: fmt.Sprintf("%d DaemonSet and static Pods are not assessed: they run on every node and leave with it", daemonPods)})
-	}
-	return groups, out
+	return out
 }
 
 func unclassifiedPod(m map[string]*Unclassified, ns, kind, name string) {

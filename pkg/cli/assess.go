@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -164,144 +165,172 @@ func runAssess(ctx context.Context, out io.Writer, client kubernetes.Interface, 
 // (the report names it) unless it is a CRD that is not installed; only a failure to list Pods
 // or Nodes, without which nothing can be judged, is an error.
 func listSnapshot(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, ns string) (*assess.Snapshot, error) {
-	s := &assess.Snapshot{ListErrors: map[string]string{}}
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		hard []error
-	)
-	// An unset resourceVersion is a consistent read, served from the watch cache since
-	// Kubernetes 1.31 (ConsistentListFromCache): fast and not stale.
-	all := metav1.ListOptions{}
-	record := func(kind string, err error, required bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if required {
-			hard = append(hard, fmt.Errorf("list %s: %w (the permissions assess needs: manifests/assess/)", kind, err))
-			return
+	l := &snapshotLister{ctx: ctx, client: client, ns: ns, s: &assess.Snapshot{ListErrors: map[string]string{}}}
+	l.listCluster()
+	l.listWorkloads()
+	l.listStorage()
+	l.listCRD("nodepools.karpenter.sh", dyn.Resource(nodePoolGVR), &l.s.NodePools)           // when Karpenter is installed
+	l.listCRD("rollouts.argoproj.io", dyn.Resource(rolloutGVR).Namespace(ns), &l.s.Rollouts) // when Argo Rollouts is
+	l.wg.Wait()
+	if len(l.hard) > 0 {
+		return nil, l.hard[0]
+	}
+	return l.s, nil
+}
+
+// snapshotLister runs the Lists of one snapshot, each in its goroutine, and collects their
+// failures.
+type snapshotLister struct {
+	ctx    context.Context
+	client kubernetes.Interface
+	ns     string // "" = all namespaces
+	s      *assess.Snapshot
+
+	mu   sync.Mutex
+	wg   sync.WaitGroup
+	hard []error
+}
+
+// listAll lists everything: an unset resourceVersion is a consistent read, served from the watch
+// cache since Kubernetes 1.31 (ConsistentListFromCache): fast and not stale.
+var listAll = metav1.ListOptions{}
+
+// run starts f. Its failure fails the snapshot if the kind is required, else it is recorded in
+// ListErrors.
+func (l *snapshotLister) run(kind string, required bool, f func() error) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		if err := f(); err != nil {
+			l.record(kind, err, required)
 		}
-		s.ListErrors[kind] = err.Error()
+	}()
+}
+
+func (l *snapshotLister) record(kind string, err error, required bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if required {
+		l.hard = append(l.hard, fmt.Errorf("list %s: %w (the permissions assess needs: manifests/assess/)", kind, err))
+		return
 	}
-	run := func(kind string, required bool, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil {
-				record(kind, err, required)
-			}
-		}()
-	}
-	run("namespaces", false, func() error {
-		opts := all
+	l.s.ListErrors[kind] = err.Error()
+}
+
+// listCluster lists the namespaces (only the assessed one with -n), the nodes and the Pods.
+func (l *snapshotLister) listCluster() {
+	ctx, client, ns, s := l.ctx, l.client, l.ns, l.s
+	l.run("namespaces", false, func() error {
+		opts := listAll
 		if ns != "" {
 			opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", ns).String()
 		}
-		l, err := client.CoreV1().Namespaces().List(ctx, opts)
+		list, err := client.CoreV1().Namespaces().List(ctx, opts)
 		if err == nil {
-			s.Namespaces = l.Items
+			s.Namespaces = list.Items
 		}
 		return err
 	})
-	run("nodes", true, func() error {
-		l, err := client.CoreV1().Nodes().List(ctx, all)
+	l.run("nodes", true, func() error {
+		list, err := client.CoreV1().Nodes().List(ctx, listAll)
 		if err == nil {
-			s.Nodes = l.Items
+			s.Nodes = list.Items
 		}
 		return err
 	})
-	run("pods", true, func() error {
-		l, err := client.CoreV1().Pods(ns).List(ctx, all)
+	l.run("pods", true, func() error {
+		list, err := client.CoreV1().Pods(ns).List(ctx, listAll)
 		if err == nil {
-			s.Pods = l.Items
+			s.Pods = list.Items
 		}
 		return err
 	})
-	run("deployments.apps", false, func() error {
-		l, err := client.AppsV1().Deployments(ns).List(ctx, all)
+}
+
+// listWorkloads lists the workload kinds and the PodDisruptionBudgets.
+func (l *snapshotLister) listWorkloads() {
+	ctx, client, ns, s := l.ctx, l.client, l.ns, l.s
+	l.run("deployments.apps", false, func() error {
+		list, err := client.AppsV1().Deployments(ns).List(ctx, listAll)
 		if err == nil {
-			s.Deployments = l.Items
+			s.Deployments = list.Items
 		}
 		return err
 	})
-	run("replicasets.apps", false, func() error {
-		l, err := client.AppsV1().ReplicaSets(ns).List(ctx, all)
+	l.run("replicasets.apps", false, func() error {
+		list, err := client.AppsV1().ReplicaSets(ns).List(ctx, listAll)
 		if err == nil {
-			s.ReplicaSets = l.Items
+			s.ReplicaSets = list.Items
 		}
 		return err
 	})
-	run("statefulsets.apps", false, func() error {
-		l, err := client.AppsV1().StatefulSets(ns).List(ctx, all)
+	l.run("statefulsets.apps", false, func() error {
+		list, err := client.AppsV1().StatefulSets(ns).List(ctx, listAll)
 		if err == nil {
-			s.StatefulSets = l.Items
+			s.StatefulSets = list.Items
 		}
 		return err
 	})
-	run("jobs.batch", false, func() error {
-		l, err := client.BatchV1().Jobs(ns).List(ctx, all)
+	l.run("jobs.batch", false, func() error {
+		list, err := client.BatchV1().Jobs(ns).List(ctx, listAll)
 		if err == nil {
-			s.Jobs = l.Items
+			s.Jobs = list.Items
 		}
 		return err
 	})
-	run("cronjobs.batch", false, func() error {
-		l, err := client.BatchV1().CronJobs(ns).List(ctx, all)
+	l.run("cronjobs.batch", false, func() error {
+		list, err := client.BatchV1().CronJobs(ns).List(ctx, listAll)
 		if err == nil {
-			s.CronJobs = l.Items
+			s.CronJobs = list.Items
 		}
 		return err
 	})
-	run("poddisruptionbudgets.policy", false, func() error {
-		l, err := client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, all)
+	l.run("poddisruptionbudgets.policy", false, func() error {
+		list, err := client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, listAll)
 		if err == nil {
-			s.PDBs = l.Items
+			s.PDBs = list.Items
 		}
 		return err
 	})
-	run("persistentvolumeclaims", false, func() error {
-		l, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, all)
+}
+
+// listStorage lists the claims, volumes and StorageClasses that tell node-local data.
+func (l *snapshotLister) listStorage() {
+	ctx, client, ns, s := l.ctx, l.client, l.ns, l.s
+	l.run("persistentvolumeclaims", false, func() error {
+		list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, listAll)
 		if err == nil {
-			s.PVCs = l.Items
+			s.PVCs = list.Items
 		}
 		return err
 	})
-	run("persistentvolumes", false, func() error {
-		l, err := client.CoreV1().PersistentVolumes().List(ctx, all)
+	l.run("persistentvolumes", false, func() error {
+		list, err := client.CoreV1().PersistentVolumes().List(ctx, listAll)
 		if err == nil {
-			s.PVs = l.Items
+			s.PVs = list.Items
 		}
 		return err
 	})
-	run("storageclasses.storage.k8s.io", false, func() error {
-		l, err := client.StorageV1().StorageClasses().List(ctx, all)
+	l.run("storageclasses.storage.k8s.io", false, func() error {
+		list, err := client.StorageV1().StorageClasses().List(ctx, listAll)
 		if err == nil {
-			s.StorageClasses = l.Items
+			s.StorageClasses = list.Items
 		}
 		return err
 	})
-	run("nodepools.karpenter.sh", false, func() error {
-		l, err := dyn.Resource(nodePoolGVR).List(ctx, all)
+}
+
+// listCRD lists the objects of an optional CRD into dst; a CRD that is not installed is
+// neither an error nor a list failure (the report's findings say what its absence means).
+func (l *snapshotLister) listCRD(kind string, res dynamic.ResourceInterface, dst *[]unstructured.Unstructured) {
+	l.run(kind, false, func() error {
+		list, err := res.List(l.ctx, listAll)
 		switch {
 		case err == nil:
-			s.NodePools = l.Items
-		case apierrors.IsNotFound(err): // Karpenter is not installed: a finding, not an error
+			*dst = list.Items
+		case apierrors.IsNotFound(err):
 			return nil
 		}
 		return err
 	})
-	run("rollouts.argoproj.io", false, func() error {
-		l, err := dyn.Resource(rolloutGVR).Namespace(ns).List(ctx, all)
-		switch {
-		case err == nil:
-			s.Rollouts = l.Items
-		case apierrors.IsNotFound(err): // Argo Rollouts is not installed
-			return nil
-		}
-		return err
-	})
-	wg.Wait()
-	if len(hard) > 0 {
-		return nil, hard[0]
-	}
-	return s, nil
 }

@@ -24,11 +24,7 @@ denial for a protected workload without one: maxUnavailable 20%, the workload's 
 		Example: "  lifeboat pdb deployment/web -n shop\n  lifeboat pdb statefulset/ledger -n shop",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := flags.ToRESTConfig()
-			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			client, err := kubernetes.NewForConfig(cfg)
+			_, client, err := kubeClient(flags)
 			if err != nil {
 				return err
 			}

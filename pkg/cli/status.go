@@ -19,6 +19,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -37,11 +38,7 @@ func newStatusCommand(flags *genericclioptions.ConfigFlags) *cobra.Command {
 		Short: "Warm pools, node states, protected workloads and their PDBs, recent interruptions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := flags.ToRESTConfig()
-			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			client, err := kubernetes.NewForConfig(cfg)
+			cfg, client, err := kubeClient(flags)
 			if err != nil {
 				return err
 			}
@@ -55,6 +52,19 @@ func newStatusCommand(flags *genericclioptions.ConfigFlags) *cobra.Command {
 	cmd.Flags().DurationVar(&since, "since", time.Hour, "how far back to list interruptions and resumes")
 	flags.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// kubeClient is the client of the kubeconfig the flags name, and its REST config.
+func kubeClient(flags *genericclioptions.ConfigFlags) (*rest.Config, kubernetes.Interface, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, client, nil
 }
 
 func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface, dyn dynamic.Interface, since time.Duration) error {

@@ -149,12 +149,31 @@ func pdb(ns, name, app string, maxUnavailable intstr.IntOrString) *policyv1.PodD
 // NewFleet builds the fixture. docs/ASSESS.md's example output and the golden JSON of the
 // integration test are this fleet's assessment.
 func NewFleet() *Fleet {
-	f := &Fleet{}
-	f.Namespaces = []*corev1.Namespace{
+	f := &Fleet{Namespaces: fleetNamespaces(), Nodes: fleetNodes()}
+	f.addLocalStorage()
+	f.addDeployments()
+	f.addStatefulSets()
+	f.addCronJob()
+	f.addJobs()
+	f.addStrays()
+	f.NodePool = &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(NodePoolYAML), &f.NodePool.Object); err != nil {
+		panic(err)
+	}
+	return f
+}
+
+// fleetNamespaces: shop is protected, batch is not.
+func fleetNamespaces() []*corev1.Namespace {
+	return []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"lifeboat.dev/spot": "protected"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "batch"}},
 	}
-	f.Nodes = []*corev1.Node{
+}
+
+// fleetNodes: Spot and On-Demand nodes of the NodePool, and two that cannot be priced.
+func fleetNodes() []*corev1.Node {
+	return []*corev1.Node{
 		node("spot-m5-1", "m5.large", "spot", "2", "8Gi"),
 		node("spot-m5-2", "m5.large", "spot", "2", "8Gi"),
 		node("spot-m5-3", "m5.large", "spot", "2", "8Gi"),
@@ -164,6 +183,11 @@ func NewFleet() *Fleet {
 		node("no-type", "", "", "2", "8Gi"),              // bad input: no instance-type label
 		node("odd-type", "x9.weird", "spot", "2", "8Gi"), // bad input: not in the price table
 	}
+}
+
+// addLocalStorage adds a StorageClass without a provisioner and a local PersistentVolume bound
+// to the claim shop/local-data.
+func (f *Fleet) addLocalStorage() {
 	f.StorageClasses = []*storagev1.StorageClass{{ObjectMeta: metav1.ObjectMeta{Name: "local-storage"}, Provisioner: "kubernetes.io/no-provisioner"}}
 	f.PVs = []*corev1.PersistentVolume{{
 		ObjectMeta: metav1.ObjectMeta{Name: "local-pv-1"},
@@ -179,7 +203,11 @@ func NewFleet() *Fleet {
 			StorageClassName: ptr("local-storage"), VolumeName: "local-pv-1",
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}}},
 	}}
+}
 
+// addDeployments adds the shop Deployments, one per reason, each with its PDB (when it has
+// one), its ReplicaSet and its Pods on the given nodes; then a second PDB over double-pdb.
+func (f *Fleet) addDeployments() {
 	pct20, zero, one := intstr.FromString("20%"), intstr.FromInt32(0), intstr.FromInt32(1)
 	type dep struct {
 		name     string
@@ -220,9 +248,12 @@ func NewFleet() *Fleet {
 			f.Pods = append(f.Pods, pod("shop", fmt.Sprintf("%s-%d", rs, i), n, tmpl, "apps/v1/ReplicaSet/"+rs))
 		}
 	}
-
 	f.PDBs = append(f.PDBs, pdb("shop", "double-pdb-extra", "double-pdb", one)) // a second PDB over the same Pods
+}
 
+// addStatefulSets adds the shop StatefulSets with volume claim templates (a quorum-sized
+// database and a worker), their PDBs and Pods.
+func (f *Fleet) addStatefulSets() {
 	type sts struct {
 		name     string
 		replicas int32
@@ -239,13 +270,16 @@ func NewFleet() *Fleet {
 				VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
 					Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 						Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}}}}}}})
-		f.PDBs = append(f.PDBs, pdb("shop", s.name, s.name, one))
+		f.PDBs = append(f.PDBs, pdb("shop", s.name, s.name, intstr.FromInt32(1)))
 		for i, n := range s.nodes {
 			f.Pods = append(f.Pods, pod("shop", fmt.Sprintf("%s-%d", s.name, i), n, tmpl, "apps/v1/StatefulSet/"+s.name))
 		}
 	}
+}
 
-	// batch: not protected; Jobs, a CronJob, a bare Pod, an orphan ReplicaSet, a custom owner.
+// addCronJob adds the batch CronJob with one Job it created and that Job's Pod. batch is not
+// protected; it holds the Jobs, the CronJob, a bare Pod, an orphan ReplicaSet, a custom owner.
+func (f *Fleet) addCronJob() {
 	nightly := template("nightly-report", podOpts{restart: corev1.RestartPolicyNever})
 	f.CronJobs = []*batchv1.CronJob{{ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: "nightly-report"},
 		Spec: batchv1.CronJobSpec{Schedule: "0 2 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: nightly}}}}}
@@ -253,7 +287,11 @@ func NewFleet() *Fleet {
 		Annotations: map[string]string{OwnerAnnotation: "batch/v1/CronJob/nightly-report"}},
 		Spec: batchv1.JobSpec{Template: nightly}})
 	f.Pods = append(f.Pods, pod("batch", "nightly-report-29012345-x1", "spot-c5-1", nightly, "batch/v1/Job/nightly-report-29012345"))
+}
 
+// addJobs adds the batch Jobs: a long one without checkpoints, a long resumable one, a short
+// one; each with one Pod.
+func (f *Fleet) addJobs() {
 	for _, j := range []struct {
 		name     string
 		deadline *int64
@@ -269,7 +307,11 @@ func NewFleet() *Fleet {
 			Spec: batchv1.JobSpec{ActiveDeadlineSeconds: j.deadline, Template: tmpl}})
 		f.Pods = append(f.Pods, pod("batch", j.name+"-a1", j.node, tmpl, "batch/v1/Job/"+j.name))
 	}
+}
 
+// addStrays adds what has no assessable workload object: an orphan ReplicaSet, a bare Pod, a
+// Pod of a custom owner, a DaemonSet Pod and a Pod of an exempt namespace.
+func (f *Fleet) addStrays() {
 	orphan := template("legacy-rs", podOpts{})
 	f.ReplicaSets = append(f.ReplicaSets, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: "legacy-rs"},
 		Spec: appsv1.ReplicaSetSpec{Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "legacy-rs"}}, Template: orphan}})
@@ -278,12 +320,6 @@ func NewFleet() *Fleet {
 	f.Pods = append(f.Pods, pod("batch", "wf-step-1", "spot-c5-1", template("wf", podOpts{restart: corev1.RestartPolicyNever}), "argoproj.io/v1alpha1/Workflow/etl"))
 	f.Pods = append(f.Pods, pod("batch", "node-exporter-abc", "spot-m5-1", template("node-exporter", podOpts{}), "apps/v1/DaemonSet/node-exporter"))
 	f.Pods = append(f.Pods, pod("kube-system", "coredns-1", "od-m5-1", template("coredns", podOpts{}), ""))
-
-	f.NodePool = &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(NodePoolYAML), &f.NodePool.Object); err != nil {
-		panic(err)
-	}
-	return f
 }
 
 func pod(ns, name, nodeName string, tmpl corev1.PodTemplateSpec, owner string) *corev1.Pod {
@@ -335,7 +371,6 @@ func SetOwner(m *metav1.ObjectMeta, uid types.UID) {
 
 // Snapshot is the fleet as assess's Lists would return it, with made-up UIDs.
 func (f *Fleet) Snapshot() *assess.Snapshot {
-	s := &assess.Snapshot{ListErrors: map[string]string{}}
 	uid := func(kind, ns, name string) types.UID { return types.UID(kind + "-" + ns + "-" + name) }
 	own := func(m *metav1.ObjectMeta) {
 		if v, ok := m.Annotations[OwnerAnnotation]; ok {
@@ -343,48 +378,33 @@ func (f *Fleet) Snapshot() *assess.Snapshot {
 			SetOwner(m, uid(kind, m.Namespace, name))
 		}
 	}
-	for _, o := range f.Namespaces {
-		s.Namespaces = append(s.Namespaces, *o.DeepCopy())
+	return &assess.Snapshot{
+		ListErrors:     map[string]string{},
+		Namespaces:     copies(f.Namespaces, (*corev1.Namespace).DeepCopy, nil),
+		Nodes:          copies(f.Nodes, (*corev1.Node).DeepCopy, nil),
+		StorageClasses: copies(f.StorageClasses, (*storagev1.StorageClass).DeepCopy, nil),
+		PVs:            copies(f.PVs, (*corev1.PersistentVolume).DeepCopy, nil),
+		PVCs:           copies(f.PVCs, (*corev1.PersistentVolumeClaim).DeepCopy, nil),
+		PDBs:           copies(f.PDBs, (*policyv1.PodDisruptionBudget).DeepCopy, nil),
+		Deployments:    copies(f.Deployments, (*appsv1.Deployment).DeepCopy, nil),
+		StatefulSets:   copies(f.StatefulSets, (*appsv1.StatefulSet).DeepCopy, nil),
+		CronJobs:       copies(f.CronJobs, (*batchv1.CronJob).DeepCopy, nil),
+		Jobs:           copies(f.Jobs, (*batchv1.Job).DeepCopy, func(j *batchv1.Job) { own(&j.ObjectMeta) }),
+		ReplicaSets:    copies(f.ReplicaSets, (*appsv1.ReplicaSet).DeepCopy, func(r *appsv1.ReplicaSet) { own(&r.ObjectMeta) }),
+		Pods:           copies(f.Pods, (*corev1.Pod).DeepCopy, func(p *corev1.Pod) { own(&p.ObjectMeta) }),
+		NodePools:      []unstructured.Unstructured{*f.NodePool.DeepCopy()},
 	}
-	for _, o := range f.Nodes {
-		s.Nodes = append(s.Nodes, *o.DeepCopy())
+}
+
+// copies deep-copies each object and applies fix (when not nil) to the copy.
+func copies[T any](list []*T, deepCopy func(*T) *T, fix func(*T)) []T {
+	var out []T
+	for _, o := range list {
+		c := deepCopy(o)
+		if fix != nil {
+			fix(c)
+		}
+		out = append(out, *c)
 	}
-	for _, o := range f.StorageClasses {
-		s.StorageClasses = append(s.StorageClasses, *o.DeepCopy())
-	}
-	for _, o := range f.PVs {
-		s.PVs = append(s.PVs, *o.DeepCopy())
-	}
-	for _, o := range f.PVCs {
-		s.PVCs = append(s.PVCs, *o.DeepCopy())
-	}
-	for _, o := range f.PDBs {
-		s.PDBs = append(s.PDBs, *o.DeepCopy())
-	}
-	for _, o := range f.Deployments {
-		s.Deployments = append(s.Deployments, *o.DeepCopy())
-	}
-	for _, o := range f.StatefulSets {
-		s.StatefulSets = append(s.StatefulSets, *o.DeepCopy())
-	}
-	for _, o := range f.CronJobs {
-		s.CronJobs = append(s.CronJobs, *o.DeepCopy())
-	}
-	for _, o := range f.Jobs {
-		c := o.DeepCopy()
-		own(&c.ObjectMeta)
-		s.Jobs = append(s.Jobs, *c)
-	}
-	for _, o := range f.ReplicaSets {
-		c := o.DeepCopy()
-		own(&c.ObjectMeta)
-		s.ReplicaSets = append(s.ReplicaSets, *c)
-	}
-	for _, o := range f.Pods {
-		c := o.DeepCopy()
-		own(&c.ObjectMeta)
-		s.Pods = append(s.Pods, *c)
-	}
-	s.NodePools = []unstructured.Unstructured{*f.NodePool.DeepCopy()}
-	return s
+	return out
 }

@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/xml"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,51 +102,90 @@ type xmlErrorResponse struct {
 	RequestID string   `xml:"RequestID"`
 }
 
+// apiError is the error type of an emulated API.
+type apiError interface{ *ec2Error | *sqsError }
+
+// apiWire is how an emulated API (EC2 here, SQS in sqs.go) answers a call: its injected faults
+// and how it writes errors and bodies.
+type apiWire[E apiError] struct {
+	// fault is the injected fault that fails the call, if one fires.
+	fault func(e *Emulator) E
+	// code is what the request counter records for a failed call.
+	code    func(err E) string
+	marshal func(resp any) ([]byte, error)
+	// internal is the error for a response that does not marshal.
+	internal  func(err error) E
+	writeErr  func(e *Emulator, w http.ResponseWriter, op string, err E)
+	writeBody func(e *Emulator, w http.ResponseWriter, body []byte)
+}
+
+// serve runs one call of op under e.mu (the injected fault when one fires, else do), counts
+// it by its error code, and writes the error or the response.
+func (api apiWire[E]) serve(e *Emulator, w http.ResponseWriter, op string, do func() (any, E)) {
+	e.mu.Lock()
+	var resp any
+	err := api.fault(e)
+	if err == nil {
+		resp, err = do()
+	}
+	code := ""
+	if err != nil {
+		code = api.code(err)
+	}
+	e.countLocked(op, code)
+	e.mu.Unlock()
+	if err != nil {
+		api.writeErr(e, w, op, err)
+		return
+	}
+	body, merr := api.marshal(resp)
+	if merr != nil {
+		api.writeErr(e, w, op, api.internal(merr))
+		return
+	}
+	api.writeBody(e, w, body)
+}
+
+// ec2Wire is the EC2 Query API: XML responses.
+var ec2Wire = apiWire[*ec2Error]{
+	fault:    (*Emulator).ec2FaultLocked,
+	code:     func(err *ec2Error) string { return err.code },
+	marshal:  xml.Marshal,
+	internal: func(err error) *ec2Error { return &ec2Error{status: 500, code: "InternalError", message: err.Error()} },
+	writeErr: (*Emulator).writeEC2Error,
+	writeBody: func(_ *Emulator, w http.ResponseWriter, body []byte) {
+		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+		_, _ = w.Write([]byte(xml.Header))
+		_, _ = w.Write(body)
+	},
+}
+
 func (e *Emulator) serveEC2(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		e.writeEC2Error(w, "", clientErr("MalformedQueryString", "%v", err))
 		return
 	}
 	action := r.Form.Get("Action")
-	e.mu.Lock()
-	var resp any
-	err := e.ec2FaultLocked()
-	if err == nil {
-		switch action {
-		case "RunInstances":
-			resp, err = e.runInstancesLocked(r.Form)
-		case "DescribeInstances":
-			resp, err = e.describeInstancesLocked(r.Form)
-		case "StartInstances":
-			resp, err = e.startInstancesLocked(r.Form)
-		case "StopInstances":
-			resp, err = e.stopInstancesLocked(r.Form)
-		case "TerminateInstances":
-			resp, err = e.terminateInstancesLocked(r.Form)
-		case "CreateTags":
-			resp, err = e.createTagsLocked(r.Form)
-		default:
-			err = clientErr("InvalidAction", "The action %s is not valid for this web service.", action)
-		}
+	ec2Wire.serve(e, w, action, func() (any, *ec2Error) { return e.ec2ActionLocked(action, r.Form) })
+}
+
+// ec2Actions are the EC2 actions the emulator serves.
+var ec2Actions = map[string]func(e *Emulator, form url.Values) (any, *ec2Error){
+	"RunInstances":       (*Emulator).runInstancesLocked,
+	"DescribeInstances":  (*Emulator).describeInstancesLocked,
+	"StartInstances":     (*Emulator).startInstancesLocked,
+	"StopInstances":      (*Emulator).stopInstancesLocked,
+	"TerminateInstances": (*Emulator).terminateInstancesLocked,
+	"CreateTags":         (*Emulator).createTagsLocked,
+}
+
+// ec2ActionLocked runs one EC2 action.
+func (e *Emulator) ec2ActionLocked(action string, form url.Values) (any, *ec2Error) {
+	run, ok := ec2Actions[action]
+	if !ok {
+		return nil, clientErr("InvalidAction", "The action %s is not valid for this web service.", action)
 	}
-	code := ""
-	if err != nil {
-		code = err.code
-	}
-	e.countLocked(action, code)
-	e.mu.Unlock()
-	if err != nil {
-		e.writeEC2Error(w, action, err)
-		return
-	}
-	body, merr := xml.Marshal(resp)
-	if merr != nil {
-		e.writeEC2Error(w, action, &ec2Error{status: 500, code: "InternalError", message: merr.Error()})
-		return
-	}
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	_, _ = w.Write([]byte(xml.Header))
-	_, _ = w.Write(body)
+	return run(e, form)
 }
 
 func (e *Emulator) writeEC2Error(w http.ResponseWriter, action string, err *ec2Error) {
@@ -388,6 +429,9 @@ func (e *Emulator) toXML(in *instance) xmlInstance {
 
 // ---- actions ----
 
+// runInstancesLocked launches instances: an idempotent replay for a known client token, else
+// the request validated in EC2's order (placement and root volume, then capacity, then the
+// payload) and the instances created pending.
 func (e *Emulator) runInstancesLocked(form url.Values) (any, *ec2Error) {
 	token := form.Get("ClientToken")
 	if len(token) > 64 {
@@ -402,23 +446,76 @@ func (e *Emulator) runInstancesLocked(form url.Values) (any, *ec2Error) {
 			return e.reservationResponseLocked(rec.reservationID, rec.instanceIDs), nil
 		}
 	}
+	req, err := e.parseRunRequest(form)
+	if err != nil {
+		return nil, err
+	}
+	if e.noCapacityLocked(false, req.instanceType, req.zone) {
+		return nil, &ec2Error{status: http.StatusInternalServerError, code: "InsufficientInstanceCapacity",
+			message: fmt.Sprintf("We currently do not have sufficient %s capacity in the Availability Zone you requested (%s). Our system will be working on provisioning additional capacity.", req.instanceType, req.zone)}
+	}
+	if err := req.parsePayload(form); err != nil {
+		return nil, err
+	}
+	req.clientToken = token
+	reservationID, ids := e.launchLocked(req)
+	if token != "" {
+		e.ec2.tokens[token] = tokenRecord{params: params, reservationID: reservationID, instanceIDs: ids}
+	}
+	return e.reservationResponseLocked(reservationID, ids), nil
+}
+
+// runRequest is a validated RunInstances request.
+type runRequest struct {
+	count                 int
+	instanceType, imageID string
+	subnet, zone          string
+	hibernation           bool
+	rootDevice            string
+	rootGiB               int32
+	rootEncrypted         bool
+	userData, profile     string
+	tags                  map[string]string
+	securityGroups        []string
+	clientToken           string
+}
+
+// parseRunRequest validates what a RunInstances request launches and where: the counts, the
+// image and instance type (or launch template), the subnet and zone, and the root volume.
+func (e *Emulator) parseRunRequest(form url.Values) (runRequest, *ec2Error) {
+	var req runRequest
 	minCount, err := formInt(form, "MinCount", 0)
 	if err != nil {
-		return nil, err
+		return req, err
 	}
-	maxCount, err := formInt(form, "MaxCount", 0)
-	if err != nil {
-		return nil, err
+	if req.count, err = formInt(form, "MaxCount", 0); err != nil {
+		return req, err
 	}
-	if minCount < 1 || maxCount < minCount || maxCount > 100 {
-		return nil, clientErr("InvalidParameterValue", "MinCount (%d) and MaxCount (%d) must satisfy 1 <= MinCount <= MaxCount <= 100.", minCount, maxCount)
+	if minCount < 1 || req.count < minCount || req.count > 100 {
+		return req, clientErr("InvalidParameterValue", "MinCount (%d) and MaxCount (%d) must satisfy 1 <= MinCount <= MaxCount <= 100.", minCount, req.count)
 	}
 	template := form.Get("LaunchTemplate.LaunchTemplateId") + form.Get("LaunchTemplate.LaunchTemplateName")
-	instanceType := form.Get("InstanceType")
-	imageID := form.Get("ImageId")
+	if req.instanceType, req.imageID, err = runImage(form, template); err != nil {
+		return req, err
+	}
+	if req.subnet, req.zone, err = e.runPlacement(form); err != nil {
+		return req, err
+	}
+	req.hibernation = form.Get("HibernationOptions.Configured") == "true"
+	if err := req.parseRootVolume(form, template); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// runImage resolves the instance type and image: both from the request, or defaults (EC2's
+// without a launch template, the template's otherwise).
+func runImage(form url.Values, template string) (instanceType, imageID string, err *ec2Error) {
+	instanceType = form.Get("InstanceType")
+	imageID = form.Get("ImageId")
 	if template == "" {
 		if imageID == "" {
-			return nil, clientErr("MissingParameter", "The request must contain the parameter ImageId")
+			return "", "", clientErr("MissingParameter", "The request must contain the parameter ImageId")
 		}
 		if instanceType == "" {
 			instanceType = "m1.small" // EC2's historical default
@@ -431,68 +528,78 @@ func (e *Emulator) runInstancesLocked(form url.Values) (any, *ec2Error) {
 			imageID = "ami-0emu" + strings.TrimPrefix(template, "lt-")
 		}
 	}
-	subnet := form.Get("SubnetId")
-	zone := form.Get("Placement.AvailabilityZone")
+	return instanceType, imageID, nil
+}
+
+// runPlacement resolves the subnet and zone: the subnet's zone (which must agree with a
+// requested zone), the requested zone, or the default subnet.
+func (e *Emulator) runPlacement(form url.Values) (subnet, zone string, err *ec2Error) {
+	subnet = form.Get("SubnetId")
+	zone = form.Get("Placement.AvailabilityZone")
 	if subnet != "" {
 		z, ok := e.opts.Subnets[subnet]
 		if !ok {
-			return nil, clientErr("InvalidSubnetID.NotFound", "The subnet ID '%s' does not exist", subnet)
+			return "", "", clientErr("InvalidSubnetID.NotFound", "The subnet ID '%s' does not exist", subnet)
 		}
 		if zone != "" && zone != z {
-			return nil, clientErr("InvalidParameterValue", "Value (%s) for parameter availabilityZone is invalid. Subnet %s is in %s.", zone, subnet, z)
+			return "", "", clientErr("InvalidParameterValue", "Value (%s) for parameter availabilityZone is invalid. Subnet %s is in %s.", zone, subnet, z)
 		}
 		zone = z
 	} else if zone == "" {
 		subnet, zone = e.defaultSubnet()
 	}
-	hibernation := form.Get("HibernationOptions.Configured") == "true"
-	rootDevice := "/dev/xvda"
-	var rootGiB int32 = 8
-	rootEncrypted := false
+	return subnet, zone, nil
+}
+
+// parseRootVolume reads the root volume from the first block device mapping (a launch
+// template's is assumed to satisfy hibernation) and checks it can hold a hibernation: encrypted
+// and larger than the instance type's memory.
+func (req *runRequest) parseRootVolume(form url.Values, template string) *ec2Error {
+	req.rootDevice, req.rootGiB = "/dev/xvda", 8
 	for i := 1; ; i++ {
 		p := "BlockDeviceMapping." + strconv.Itoa(i)
 		if _, ok := form[p+".DeviceName"]; !ok {
 			break
 		}
-		if i == 1 {
-			rootDevice = form.Get(p + ".DeviceName")
-			if v := form.Get(p + ".Ebs.VolumeSize"); v != "" {
-				n, perr := strconv.Atoi(v)
-				if perr != nil || n < 1 || n > 16384 {
-					return nil, clientErr("InvalidParameterValue", "Volume size %q is invalid", v)
-				}
-				rootGiB = int32(n)
+		if i != 1 {
+			continue
+		}
+		req.rootDevice = form.Get(p + ".DeviceName")
+		if v := form.Get(p + ".Ebs.VolumeSize"); v != "" {
+			n, perr := strconv.Atoi(v)
+			if perr != nil || n < 1 || n > 16384 {
+				return clientErr("InvalidParameterValue", "Volume size %q is invalid", v)
 			}
-			rootEncrypted = form.Get(p+".Ebs.Encrypted") == "true"
-			if hibernation && !rootEncrypted {
-				return nil, clientErr("UnsupportedHibernationConfiguration", "Hibernation requires an encrypted root EBS volume.")
-			}
-			if _, mem := shapeOf(instanceType); hibernation && int(rootGiB) <= mem {
-				return nil, clientErr("UnsupportedHibernationConfiguration", "The root volume (%d GiB) must be larger than the RAM of %s (%d GiB) to hibernate.", rootGiB, instanceType, mem)
-			}
+			req.rootGiB = int32(n)
+		}
+		req.rootEncrypted = form.Get(p+".Ebs.Encrypted") == "true"
+		if req.hibernation && !req.rootEncrypted {
+			return clientErr("UnsupportedHibernationConfiguration", "Hibernation requires an encrypted root EBS volume.")
+		}
+		if _, mem := shapeOf(req.instanceType); req.hibernation && int(req.rootGiB) <= mem {
+			return clientErr("UnsupportedHibernationConfiguration", "The root volume (%d GiB) must be larger than the RAM of %s (%d GiB) to hibernate.", req.rootGiB, req.instanceType, mem)
 		}
 	}
 	if template != "" && form.Get("BlockDeviceMapping.1.DeviceName") == "" {
 		// The template's mapping: assume it satisfies hibernation.
-		rootEncrypted = true
-		_, mem := shapeOf(instanceType)
-		rootGiB = int32(mem + 20)
+		req.rootEncrypted = true
+		_, mem := shapeOf(req.instanceType)
+		req.rootGiB = int32(mem + 20)
 	}
-	for _, f := range e.faults.Capacity {
-		if (f.OnRun || !f.OnStart) && (f.InstanceType == "" || f.InstanceType == instanceType) && (f.Zone == "" || f.Zone == zone) {
-			return nil, &ec2Error{status: http.StatusInternalServerError, code: "InsufficientInstanceCapacity",
-				message: fmt.Sprintf("We currently do not have sufficient %s capacity in the Availability Zone you requested (%s). Our system will be working on provisioning additional capacity.", instanceType, zone)}
-		}
-	}
-	userData := ""
+	return nil
+}
+
+// parsePayload reads what the instances carry: user data (base64), the instance tags (no
+// reserved "aws:" keys), the instance profile and the security groups.
+func (req *runRequest) parsePayload(form url.Values) *ec2Error {
 	if ud := form.Get("UserData"); ud != "" {
 		b, derr := base64.StdEncoding.DecodeString(ud)
 		if derr != nil {
-			return nil, clientErr("InvalidParameterValue", "Invalid BASE64 encoding of user data.")
+			return clientErr("InvalidParameterValue", "Invalid BASE64 encoding of user data.")
 		}
-		userData = string(b)
+		req.userData = string(b)
 	}
-	tags := map[string]string{}
+	req.tags = map[string]string{}
 	for i := 1; ; i++ {
 		p := "TagSpecification." + strconv.Itoa(i)
 		rt, ok := form[p+".ResourceType"]
@@ -500,46 +607,78 @@ func (e *Emulator) runInstancesLocked(form url.Values) (any, *ec2Error) {
 			break
 		}
 		if len(rt) > 0 && rt[0] == "instance" {
-			for k, v := range flatTags(form, p+".Tag") {
-				if strings.HasPrefix(k, "aws:") {
-					return nil, clientErr("InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use")
-				}
-				tags[k] = v
+			tags := flatTags(form, p+".Tag")
+			if err := checkTagKeys(tags); err != nil {
+				return err
 			}
+			maps.Copy(req.tags, tags)
 		}
 	}
-	profile := form.Get("IamInstanceProfile.Name")
+	req.profile = form.Get("IamInstanceProfile.Name")
 	if arn := form.Get("IamInstanceProfile.Arn"); arn != "" {
-		profile = arn[strings.LastIndex(arn, "/")+1:]
+		req.profile = arn[strings.LastIndex(arn, "/")+1:]
 	}
-	now := time.Now()
-	reservationID := e.nextIDLocked("r")
-	var ids []string
-	for i := 0; i < maxCount; i++ {
-		id := e.nextIDLocked("i")
-		ip := fmt.Sprintf("10.0.%d.%d", (e.seq/250)%250, e.seq%250+2)
-		in := &instance{
-			id: id, reservationID: reservationID, ownerID: e.opts.AccountID,
-			instanceType: instanceType, zone: zone, subnet: subnet,
-			imageID: imageID, clientToken: token,
-			privateIP: ip, privateDNS: e.privateDNS(ip),
-			userData: userData, profile: profile,
-			securityGroups: flatList(form, "SecurityGroupId"),
-			launchTime:     now, launchSeq: e.seq,
-			state:                 "pending",
-			hibernationConfigured: hibernation,
-			rootDevice:            rootDevice, rootGiB: rootGiB, rootEncrypted: rootEncrypted,
-			tags:      copyTags(tags),
-			visibleAt: now.Add(e.faults.NotFoundAfterLaunch),
+	req.securityGroups = flatList(form, "SecurityGroupId")
+	return nil
+}
+
+// checkTagKeys rejects tag keys reserved for AWS ("aws:").
+func checkTagKeys(tags map[string]string) *ec2Error {
+	for k := range tags {
+		if strings.HasPrefix(k, "aws:") {
+			return clientErr("InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use")
 		}
-		e.ec2.instances[id] = in
-		ids = append(ids, id)
+	}
+	return nil
+}
+
+// noCapacityLocked: a capacity fault covers instanceType in zone, for a launch or (start) for
+// a StartInstances of a stopped instance.
+func (e *Emulator) noCapacityLocked(start bool, instanceType, zone string) bool {
+	for _, f := range e.faults.Capacity {
+		applies := f.OnRun || !f.OnStart
+		if start {
+			applies = f.OnStart || !f.OnRun
+		}
+		if applies && (f.InstanceType == "" || f.InstanceType == instanceType) && (f.Zone == "" || f.Zone == zone) {
+			return true
+		}
+	}
+	return false
+}
+
+// launchLocked creates the request's instances in one reservation, pending, and schedules
+// them to run.
+func (e *Emulator) launchLocked(req runRequest) (reservationID string, ids []string) {
+	now := time.Now()
+	reservationID = e.nextIDLocked("r")
+	for i := 0; i < req.count; i++ {
+		in := e.newInstanceLocked(req, reservationID, now)
+		e.ec2.instances[in.id] = in
+		ids = append(ids, in.id)
 		e.scheduleRunningLocked(in, e.opts.Delays.Launch, e.opts.Delays.NodeBoot)
 	}
-	if token != "" {
-		e.ec2.tokens[token] = tokenRecord{params: params, reservationID: reservationID, instanceIDs: ids}
+	return reservationID, ids
+}
+
+// newInstanceLocked builds one pending instance of the request with a new ID and private IP.
+func (e *Emulator) newInstanceLocked(req runRequest, reservationID string, now time.Time) *instance {
+	id := e.nextIDLocked("i")
+	ip := fmt.Sprintf("10.0.%d.%d", (e.seq/250)%250, e.seq%250+2)
+	return &instance{
+		id: id, reservationID: reservationID, ownerID: e.opts.AccountID,
+		instanceType: req.instanceType, zone: req.zone, subnet: req.subnet,
+		imageID: req.imageID, clientToken: req.clientToken,
+		privateIP: ip, privateDNS: e.privateDNS(ip),
+		userData: req.userData, profile: req.profile,
+		securityGroups: slices.Clone(req.securityGroups),
+		launchTime:     now, launchSeq: e.seq,
+		state:                 "pending",
+		hibernationConfigured: req.hibernation,
+		rootDevice:            req.rootDevice, rootGiB: req.rootGiB, rootEncrypted: req.rootEncrypted,
+		tags:      copyTags(req.tags),
+		visibleAt: now.Add(e.faults.NotFoundAfterLaunch),
 	}
-	return e.reservationResponseLocked(reservationID, ids), nil
 }
 
 func (e *Emulator) defaultSubnet() (subnet, zone string) {
@@ -652,34 +791,34 @@ type filter struct {
 	values []string
 }
 
-var supportedFilters = map[string]bool{
-	"client-token": true, "instance-state-name": true, "instance-id": true, "instance-type": true,
-	"availability-zone": true, "subnet-id": true, "tag-key": true, "reservation-id": true,
+// instanceFilterFields are the filters on one field of an instance.
+var instanceFilterFields = map[string]func(*instance) string{
+	"client-token":        func(in *instance) string { return in.clientToken },
+	"instance-state-name": func(in *instance) string { return in.state },
+	"instance-id":         func(in *instance) string { return in.id },
+	"instance-type":       func(in *instance) string { return in.instanceType },
+	"availability-zone":   func(in *instance) string { return in.zone },
+	"subnet-id":           func(in *instance) string { return in.subnet },
+	"reservation-id":      func(in *instance) string { return in.reservationID },
 }
 
+// supportedFilter: DescribeInstances accepts the filter (tag:<key> filters aside).
+func supportedFilter(name string) bool {
+	_, ok := instanceFilterFields[name]
+	return ok || name == "tag-key"
+}
+
+// matches: one of the instance's values for the filter's name matches one of its values.
 func (f filter) matches(in *instance) bool {
 	var got []string
-	switch {
-	case f.name == "client-token":
-		got = []string{in.clientToken}
-	case f.name == "instance-state-name":
-		got = []string{in.state}
-	case f.name == "instance-id":
-		got = []string{in.id}
-	case f.name == "instance-type":
-		got = []string{in.instanceType}
-	case f.name == "availability-zone":
-		got = []string{in.zone}
-	case f.name == "subnet-id":
-		got = []string{in.subnet}
-	case f.name == "reservation-id":
-		got = []string{in.reservationID}
-	case f.name == "tag-key":
+	if field, ok := instanceFilterFields[f.name]; ok {
+		got = []string{field(in)}
+	} else if f.name == "tag-key" {
 		for k := range in.tags {
 			got = append(got, k)
 		}
-	case strings.HasPrefix(f.name, "tag:"):
-		v, ok := in.tags[strings.TrimPrefix(f.name, "tag:")]
+	} else if key, ok := strings.CutPrefix(f.name, "tag:"); ok {
+		v, ok := in.tags[key]
 		if !ok {
 			return false
 		}
@@ -727,7 +866,7 @@ func (e *Emulator) describeInstancesLocked(form url.Values) (any, *ec2Error) {
 			break
 		}
 		f := filter{name: form.Get(p + ".Name"), values: flatList(form, p+".Value")}
-		if !supportedFilters[f.name] && !strings.HasPrefix(f.name, "tag:") {
+		if !supportedFilter(f.name) && !strings.HasPrefix(f.name, "tag:") {
 			return nil, clientErr("InvalidParameterValue", "The filter '%s' is invalid", f.name)
 		}
 		filters = append(filters, f)
@@ -813,29 +952,59 @@ func change(in *instance, previous string) xmlStateChange {
 	return xmlStateChange{InstanceID: in.id, CurrentState: xmlState{stateCodes[in.state], in.state}, PreviousState: xmlState{stateCodes[previous], previous}}
 }
 
-func (e *Emulator) startInstancesLocked(form url.Values) (any, *ec2Error) {
+// instancesParamLocked resolves a state change's InstanceId.N list, which must not be empty.
+func (e *Emulator) instancesParamLocked(form url.Values) ([]*instance, *ec2Error) {
 	ids := flatList(form, "InstanceId")
 	if len(ids) == 0 {
 		return nil, clientErr("MissingParameter", "The request must contain the parameter InstanceId")
 	}
-	instances, err := e.lookupLocked(ids)
+	return e.lookupLocked(ids)
+}
+
+// checkTransition checks that every instance can make a state change: it is in one of the
+// states from (else IncorrectInstanceState: it cannot be verb, e.g. "started"), then passes
+// check. The first failure fails the whole request.
+func checkTransition(instances []*instance, verb string, from []string, check func(*instance) *ec2Error) *ec2Error {
+	for _, in := range instances {
+		if !slices.Contains(from, in.state) {
+			return clientErr("IncorrectInstanceState", "The instance '%s' is not in a state from which it can be %s.", in.id, verb)
+		}
+		if err := check(in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleLocked ends the instance's transition (stopping, shutting-down) in state to after d,
+// unless its state changed meanwhile; a terminated instance records when.
+func (e *Emulator) settleLocked(in *instance, d time.Duration, to string) {
+	gen, from := in.gen, in.state
+	e.afterLocked(d, func() {
+		if in.gen == gen && in.state == from {
+			in.state = to
+			if to == "terminated" {
+				in.terminatedAt = time.Now()
+			}
+			in.gen++
+		}
+	})
+}
+
+func (e *Emulator) startInstancesLocked(form url.Values) (any, *ec2Error) {
+	instances, err := e.instancesParamLocked(form)
 	if err != nil {
 		return nil, err
 	}
-	for _, in := range instances {
-		switch in.state {
-		case "pending", "running", "stopped":
-		default:
-			return nil, clientErr("IncorrectInstanceState", "The instance '%s' is not in a state from which it can be started.", in.id)
+	err = checkTransition(instances, "started", []string{"pending", "running", "stopped"}, func(in *instance) *ec2Error {
+		if in.state == "stopped" && e.noCapacityLocked(true, in.instanceType, in.zone) {
+			return &ec2Error{status: http.StatusInternalServerError, code: "InsufficientInstanceCapacity",
+				message: fmt.Sprintf("Insufficient capacity. There is not enough %s capacity in %s to start the instance.", in.instanceType, in.zone)}
 		}
-		if in.state == "stopped" {
-			for _, f := range e.faults.Capacity {
-				if (f.OnStart || !f.OnRun) && (f.InstanceType == "" || f.InstanceType == in.instanceType) && (f.Zone == "" || f.Zone == in.zone) {
-					return nil, &ec2Error{status: http.StatusInternalServerError, code: "InsufficientInstanceCapacity",
-						message: fmt.Sprintf("Insufficient capacity. There is not enough %s capacity in %s to start the instance.", in.instanceType, in.zone)}
-				}
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var changes []xmlStateChange
 	for _, in := range instances {
@@ -852,24 +1021,19 @@ func (e *Emulator) startInstancesLocked(form url.Values) (any, *ec2Error) {
 }
 
 func (e *Emulator) stopInstancesLocked(form url.Values) (any, *ec2Error) {
-	ids := flatList(form, "InstanceId")
-	if len(ids) == 0 {
-		return nil, clientErr("MissingParameter", "The request must contain the parameter InstanceId")
-	}
 	hibernate := form.Get("Hibernate") == "true"
-	instances, err := e.lookupLocked(ids)
+	instances, err := e.instancesParamLocked(form)
 	if err != nil {
 		return nil, err
 	}
-	for _, in := range instances {
-		switch in.state {
-		case "running", "stopping", "stopped":
-		default:
-			return nil, clientErr("IncorrectInstanceState", "The instance '%s' is not in a state from which it can be stopped.", in.id)
-		}
+	err = checkTransition(instances, "stopped", []string{"running", "stopping", "stopped"}, func(in *instance) *ec2Error {
 		if hibernate && !in.hibernationConfigured {
-			return nil, clientErr("UnsupportedHibernationConfiguration", "The instance '%s' does not have hibernation enabled. Hibernation must be configured at launch.", in.id)
+			return clientErr("UnsupportedHibernationConfiguration", "The instance '%s' does not have hibernation enabled. Hibernation must be configured at launch.", in.id)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var changes []xmlStateChange
 	now := time.Now().UTC().Format("2006-01-02 15:04:05 MST")
@@ -888,13 +1052,7 @@ func (e *Emulator) stopInstancesLocked(form url.Values) (any, *ec2Error) {
 				in.nodePoweredOn = false
 				e.bindLocked(opPowerOff, in)
 			}
-			gen := in.gen
-			e.afterLocked(e.opts.Delays.Stop, func() {
-				if in.gen == gen && in.state == "stopping" {
-					in.state = "stopped"
-					in.gen++
-				}
-			})
+			e.settleLocked(in, e.opts.Delays.Stop, "stopped")
 		}
 		changes = append(changes, change(in, prev))
 	}
@@ -902,11 +1060,7 @@ func (e *Emulator) stopInstancesLocked(form url.Values) (any, *ec2Error) {
 }
 
 func (e *Emulator) terminateInstancesLocked(form url.Values) (any, *ec2Error) {
-	ids := flatList(form, "InstanceId")
-	if len(ids) == 0 {
-		return nil, clientErr("MissingParameter", "The request must contain the parameter InstanceId")
-	}
-	instances, err := e.lookupLocked(ids)
+	instances, err := e.instancesParamLocked(form)
 	if err != nil {
 		return nil, err
 	}
@@ -923,14 +1077,7 @@ func (e *Emulator) terminateInstancesLocked(form url.Values) (any, *ec2Error) {
 				in.nodeBound, in.nodePoweredOn = false, false
 				e.bindLocked(opRemove, in)
 			}
-			gen := in.gen
-			e.afterLocked(e.opts.Delays.Terminate, func() {
-				if in.gen == gen && in.state == "shutting-down" {
-					in.state = "terminated"
-					in.terminatedAt = time.Now()
-					in.gen++
-				}
-			})
+			e.settleLocked(in, e.opts.Delays.Terminate, "terminated")
 		}
 		changes = append(changes, change(in, prev))
 	}
@@ -943,10 +1090,8 @@ func (e *Emulator) createTagsLocked(form url.Values) (any, *ec2Error) {
 	if len(resources) == 0 || len(tags) == 0 {
 		return nil, clientErr("MissingParameter", "The request must contain the parameters ResourceId and Tag")
 	}
-	for k := range tags {
-		if strings.HasPrefix(k, "aws:") {
-			return nil, clientErr("InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use")
-		}
+	if err := checkTagKeys(tags); err != nil {
+		return nil, err
 	}
 	var instanceIDs []string
 	for _, r := range resources {

@@ -80,51 +80,49 @@ func (e *Emulator) serveSQS(w http.ResponseWriter, r *http.Request, op string) {
 			return
 		}
 	}
-	var resp any
-	var serr *sqsError
-	if op == "ReceiveMessage" {
-		// Long polling must not hold the lock.
-		resp, serr = e.receiveMessage(r, in)
-	} else {
-		e.mu.Lock()
-		serr = e.sqsFaultLocked()
-		if serr == nil {
-			switch op {
-			case "CreateQueue":
-				resp, serr = e.createQueueLocked(r, in)
-			case "GetQueueUrl":
-				resp, serr = e.getQueueURLLocked(in)
-			case "SendMessage":
-				resp, serr = e.sendMessageLocked(in)
-			case "DeleteMessage":
-				resp, serr = e.deleteMessageLocked(in)
-			case "ChangeMessageVisibility":
-				resp, serr = e.changeVisibilityLocked(in)
-			case "GetQueueAttributes":
-				resp, serr = e.getQueueAttributesLocked(in)
-			default:
-				serr = &sqsError{status: 400, shape: "UnsupportedOperation", queryCode: "AWS.SimpleQueueService.UnsupportedOperation", fault: "Sender", message: "Operation " + op + " is not supported by the Lifeboat emulator."}
-			}
-		}
-		code := ""
-		if serr != nil {
-			code = serr.shape
-		}
-		e.countLocked(op, code)
-		e.mu.Unlock()
+	sqsWire.serve(e, w, op, func() (any, *sqsError) { return e.sqsActionLocked(r, op, in) })
+}
+
+// sqsWire is the SQS JSON protocol (awsJson1_0).
+var sqsWire = apiWire[*sqsError]{
+	fault:   (*Emulator).sqsFaultLocked,
+	code:    func(err *sqsError) string { return err.shape },
+	marshal: json.Marshal,
+	internal: func(err error) *sqsError {
+		return &sqsError{status: 500, shape: "InternalError", queryCode: "InternalError", fault: "Receiver", message: err.Error()}
+	},
+	writeErr: (*Emulator).writeSQSError,
+	writeBody: func(e *Emulator, w http.ResponseWriter, body []byte) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("X-Amzn-RequestId", e.requestID())
+		_, _ = w.Write(body)
+	},
+}
+
+// sqsActions are the SQS operations the emulator serves; ReceiveMessage releases e.mu while
+// it long-polls.
+var sqsActions = map[string]func(e *Emulator, r *http.Request, in map[string]json.RawMessage) (any, *sqsError){
+	"ReceiveMessage":          (*Emulator).receiveLocked,
+	"CreateQueue":             (*Emulator).createQueueLocked,
+	"GetQueueUrl":             withoutRequest((*Emulator).getQueueURLLocked),
+	"SendMessage":             withoutRequest((*Emulator).sendMessageLocked),
+	"DeleteMessage":           withoutRequest((*Emulator).deleteMessageLocked),
+	"ChangeMessageVisibility": withoutRequest((*Emulator).changeVisibilityLocked),
+	"GetQueueAttributes":      withoutRequest((*Emulator).getQueueAttributesLocked),
+}
+
+// withoutRequest adapts an SQS operation that needs only its input.
+func withoutRequest(op func(e *Emulator, in map[string]json.RawMessage) (any, *sqsError)) func(*Emulator, *http.Request, map[string]json.RawMessage) (any, *sqsError) {
+	return func(e *Emulator, _ *http.Request, in map[string]json.RawMessage) (any, *sqsError) { return op(e, in) }
+}
+
+// sqsActionLocked runs one SQS operation.
+func (e *Emulator) sqsActionLocked(r *http.Request, op string, in map[string]json.RawMessage) (any, *sqsError) {
+	run, ok := sqsActions[op]
+	if !ok {
+		return nil, &sqsError{status: 400, shape: "UnsupportedOperation", queryCode: "AWS.SimpleQueueService.UnsupportedOperation", fault: "Sender", message: "Operation " + op + " is not supported by the Lifeboat emulator."}
 	}
-	if serr != nil {
-		e.writeSQSError(w, op, serr)
-		return
-	}
-	body, merr := json.Marshal(resp)
-	if merr != nil {
-		e.writeSQSError(w, op, &sqsError{status: 500, shape: "InternalError", queryCode: "InternalError", fault: "Receiver", message: merr.Error()})
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	w.Header().Set("X-Amzn-RequestId", e.requestID())
-	_, _ = w.Write(body)
+	return run(e, r, in)
 }
 
 func (e *Emulator) writeSQSError(w http.ResponseWriter, op string, err *sqsError) {
@@ -167,6 +165,19 @@ func jsonInt(in map[string]json.RawMessage, key string) (int, bool, *sqsError) {
 		return 0, false, sqsClientErr("InvalidParameterValue", "InvalidParameterValue", "Value %s for parameter %s is invalid.", raw, key)
 	}
 	return n, true, nil
+}
+
+// jsonSeconds reads an optional parameter of whole seconds in [0, maxSeconds]; def when it is
+// absent. reason is appended to the message of an out-of-range value.
+func jsonSeconds(in map[string]json.RawMessage, key string, def time.Duration, maxSeconds int, reason string) (time.Duration, *sqsError) {
+	n, set, err := jsonInt(in, key)
+	if err != nil || !set {
+		return def, err
+	}
+	if n < 0 || n > maxSeconds {
+		return 0, sqsClientErr("InvalidParameterValue", "InvalidParameterValue", "Value %d for parameter %s is invalid.%s", n, key, reason)
+	}
+	return time.Duration(n) * time.Second, nil
 }
 
 // queueFromURLLocked finds a queue by its URL (the last path element is its name).
@@ -309,23 +320,6 @@ type sqsMessageOut struct {
 	Attributes    map[string]string `json:"Attributes,omitempty"`
 }
 
-func (e *Emulator) receiveMessage(r *http.Request, in map[string]json.RawMessage) (any, *sqsError) {
-	e.mu.Lock()
-	if serr := e.sqsFaultLocked(); serr != nil {
-		e.countLocked("ReceiveMessage", serr.shape)
-		e.mu.Unlock()
-		return nil, serr
-	}
-	out, serr := e.receiveLocked(r, in)
-	code := ""
-	if serr != nil {
-		code = serr.shape
-	}
-	e.countLocked("ReceiveMessage", code)
-	e.mu.Unlock()
-	return out, serr
-}
-
 // receiveLocked is called with e.mu held; it releases it while long-polling.
 func (e *Emulator) receiveLocked(r *http.Request, in map[string]json.RawMessage) (any, *sqsError) {
 	q, err := e.queueFromURLLocked(in)
@@ -342,23 +336,13 @@ func (e *Emulator) receiveLocked(r *http.Request, in map[string]json.RawMessage)
 	if maxN < 1 || maxN > 10 {
 		return nil, sqsClientErr("InvalidParameterValue", "InvalidParameterValue", "Value %d for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided.", maxN)
 	}
-	wait := q.waitTime
-	if n, set, err := jsonInt(in, "WaitTimeSeconds"); err != nil {
+	wait, err := jsonSeconds(in, "WaitTimeSeconds", q.waitTime, 20, " Reason: Must be >= 0 and <= 20, if provided.")
+	if err != nil {
 		return nil, err
-	} else if set {
-		if n < 0 || n > 20 {
-			return nil, sqsClientErr("InvalidParameterValue", "InvalidParameterValue", "Value %d for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided.", n)
-		}
-		wait = time.Duration(n) * time.Second
 	}
-	visibility := q.visibilityTimeout
-	if n, set, err := jsonInt(in, "VisibilityTimeout"); err != nil {
+	visibility, err := jsonSeconds(in, "VisibilityTimeout", q.visibilityTimeout, 43200, "")
+	if err != nil {
 		return nil, err
-	} else if set {
-		if n < 0 || n > 43200 {
-			return nil, sqsClientErr("InvalidParameterValue", "InvalidParameterValue", "Value %d for parameter VisibilityTimeout is invalid.", n)
-		}
-		visibility = time.Duration(n) * time.Second
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -424,15 +408,25 @@ func (e *Emulator) receiveLocked(r *http.Request, in map[string]json.RawMessage)
 	}
 }
 
-func (e *Emulator) deleteMessageLocked(in map[string]json.RawMessage) (any, *sqsError) {
-	q, err := e.queueFromURLLocked(in)
+// receiptLocked resolves the request's queue and receipt handle to the message it was issued
+// for.
+func (e *Emulator) receiptLocked(in map[string]json.RawMessage) (q *sqsQueue, m *sqsMessage, handle string, err *sqsError) {
+	q, err = e.queueFromURLLocked(in)
 	if err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
-	handle := jsonString(in, "ReceiptHandle")
+	handle = jsonString(in, "ReceiptHandle")
 	m, ok := q.receipts[handle]
 	if !ok {
-		return nil, sqsClientErr("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", "The input receipt handle \"%s\" is not a valid receipt handle.", handle)
+		return nil, nil, "", sqsClientErr("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", "The input receipt handle \"%s\" is not a valid receipt handle.", handle)
+	}
+	return q, m, handle, nil
+}
+
+func (e *Emulator) deleteMessageLocked(in map[string]json.RawMessage) (any, *sqsError) {
+	q, m, _, err := e.receiptLocked(in)
+	if err != nil {
+		return nil, err
 	}
 	for i, qm := range q.messages {
 		if qm == m {
@@ -444,14 +438,9 @@ func (e *Emulator) deleteMessageLocked(in map[string]json.RawMessage) (any, *sqs
 }
 
 func (e *Emulator) changeVisibilityLocked(in map[string]json.RawMessage) (any, *sqsError) {
-	q, err := e.queueFromURLLocked(in)
+	q, m, handle, err := e.receiptLocked(in)
 	if err != nil {
 		return nil, err
-	}
-	handle := jsonString(in, "ReceiptHandle")
-	m, ok := q.receipts[handle]
-	if !ok {
-		return nil, sqsClientErr("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", "The input receipt handle \"%s\" is not a valid receipt handle.", handle)
 	}
 	n, set, err := jsonInt(in, "VisibilityTimeout")
 	if err != nil {

@@ -115,7 +115,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Complete(c)
 }
 
-// Reconcile converges one WarmPool.
+// Reconcile converges one WarmPool: observe it (fetch), Decide, apply the plan (write).
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := klog.FromContext(ctx).WithValues("warmpool", req.Name)
 	ctx = klog.NewContext(ctx, log)
@@ -126,21 +126,53 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !pool.DeletionTimestamp.IsZero() {
 		return c.finalize(ctx, pool)
 	}
-	if !controllerutil.ContainsFinalizer(pool, v1alpha1.FinalizerWarmPool) {
-		patch := client.MergeFrom(pool.DeepCopy())
-		controllerutil.AddFinalizer(pool, v1alpha1.FinalizerWarmPool)
-		if err := c.client.Patch(ctx, pool, patch); err != nil {
-			return reconcile.Result{}, fmt.Errorf("add finalizer: %w", err)
-		}
+	if err := c.ensureFinalizer(ctx, pool); err != nil {
+		return reconcile.Result{}, err
 	}
-
-	instances, err := c.cloud.List(ctx, pool.Name)
+	obs, err := c.observe(ctx, pool)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	plan := Decide(obs.Observed)
+	if err := c.apply(ctx, pool, obs, plan); err != nil {
+		return reconcile.Result{}, err
+	}
+	if plan.Warming > 0 || plan.StandbyCount < int32(obs.Desired) || len(plan.Terminate) > 0 {
+		return reconcile.Result{RequeueAfter: c.opts.Busy}, nil
+	}
+	return reconcile.Result{RequeueAfter: c.opts.Resync}, nil
+}
+
+// ensureFinalizer adds the WarmPool finalizer (so its instances are terminated on deletion).
+func (c *Controller) ensureFinalizer(ctx context.Context, pool *v1alpha1.WarmPool) error {
+	if controllerutil.ContainsFinalizer(pool, v1alpha1.FinalizerWarmPool) {
+		return nil
+	}
+	patch := client.MergeFrom(pool.DeepCopy())
+	controllerutil.AddFinalizer(pool, v1alpha1.FinalizerWarmPool)
+	if err := c.client.Patch(ctx, pool, patch); err != nil {
+		return fmt.Errorf("add finalizer: %w", err)
+	}
+	return nil
+}
+
+// observation is what Reconcile fetched: Decide's input and the note on how the size was
+// resolved (for status).
+type observation struct {
+	Observed
+	SizeNote string
+}
+
+// observe fetches a pool's inputs: its EC2 instances, its Nodes, the resolved images and size,
+// and the resume ledger's claimed instances.
+func (c *Controller) observe(ctx context.Context, pool *v1alpha1.WarmPool) (observation, error) {
+	instances, err := c.cloud.List(ctx, pool.Name)
+	if err != nil {
+		return observation{}, err
+	}
 	nodeList := &corev1.NodeList{}
 	if err := c.client.List(ctx, nodeList, client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
-		return reconcile.Result{}, err
+		return observation{}, err
 	}
 	nodes := map[string]*corev1.Node{}
 	for i := range nodeList.Items {
@@ -150,35 +182,52 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	images, protected, err := c.images(ctx, pool)
 	if err != nil {
-		return reconcile.Result{}, err
+		return observation{}, err
 	}
 	desired, sizeNote := c.desired(ctx, pool, protected, nodeList.Items)
 
 	claimed, err := c.claimedInstances(ctx)
 	if err != nil {
-		return reconcile.Result{}, err
+		return observation{}, err
 	}
-	now := c.clock.Now()
-	plan := Decide(Observed{
-		Desired: desired, Slots: pool.Status.Slots, Instances: instances, Nodes: nodes, Images: images,
-		PrePullTimeout: durationOr(pool.Spec.PrePull.Timeout, 10*time.Minute),
-		MaxStandbyAge:  durationOr(pool.Spec.MaxStandbyAge, 720*time.Hour),
-		BootTimeout:    c.opts.BootTimeout, HibernateRetry: c.opts.HibernateRetry, Now: now,
-		KeepClaimed: pool.Spec.AfterUse == v1alpha1.AfterUseRehibernate,
-		Claimed:     claimed,
-	})
+	return observation{
+		Observed: Observed{
+			Desired: desired, Slots: pool.Status.Slots, Instances: instances, Nodes: nodes, Images: images,
+			PrePullTimeout: durationOr(pool.Spec.PrePull.Timeout, 10*time.Minute),
+			MaxStandbyAge:  durationOr(pool.Spec.MaxStandbyAge, 720*time.Hour),
+			BootTimeout:    c.opts.BootTimeout, HibernateRetry: c.opts.HibernateRetry, Now: c.clock.Now(),
+			KeepClaimed: pool.Spec.AfterUse == v1alpha1.AfterUseRehibernate,
+			Claimed:     claimed,
+		},
+		SizeNote: sizeNote,
+	}, nil
+}
 
+// apply carries out a plan: the slot table first, then the cloud and Node actions, then
+// metrics and status. Errors of the actions and of status are joined.
+func (c *Controller) apply(ctx context.Context, pool *v1alpha1.WarmPool, obs observation, plan Plan) error {
 	// The slot table first: a launch's generation must be durable before RunInstances, so a
 	// retry after a crash reuses its client token and never launches a second instance.
 	if plan.SlotsChanged {
 		pool.Status.Slots = plan.Slots
 		if err := c.client.Status().Update(ctx, pool); err != nil {
-			return reconcile.Result{}, fmt.Errorf("record slots before acting: %w", err)
+			return fmt.Errorf("record slots before acting: %w", err)
 		}
 	}
+	errs, degraded := c.act(ctx, pool, obs, plan)
 
-	var errs []error
-	degraded := ""
+	est := estimate(pool, obs.Desired, obs.Instances, c.opts.Prices)
+	c.recordMetrics(pool, plan, est)
+	if err := c.updateStatus(ctx, pool, plan, obs.Desired, obs.Images, obs.SizeNote, degraded, est); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// act performs the plan's actions in order: terminate, launch, label warming, pre-pull (and
+// clean up pre-pull Pods no longer needed), hibernate, label standby. It goes on past errors
+// and returns them with the reason the pool is degraded ("" if it is not).
+func (c *Controller) act(ctx context.Context, pool *v1alpha1.WarmPool, obs observation, plan Plan) (errs []error, degraded string) {
 	for _, t := range plan.Terminate {
 		if t.Degraded {
 			degraded = t.Reason
@@ -193,14 +242,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		errs = append(errs, launchErrs...)
 	}
 	for _, name := range plan.Warm {
-		if err := c.markWarming(ctx, pool, name, now); err != nil {
+		if err := c.markWarming(ctx, pool, name, obs.Now); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	keepPrePull := map[string]bool{}
 	for _, name := range plan.PrePull {
 		keepPrePull[name] = true
-		if err := c.ensurePrePull(ctx, pool, name, images); err != nil {
+		if err := c.ensurePrePull(ctx, pool, name, obs.Images); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -208,7 +257,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		errs = append(errs, err)
 	}
 	for id, name := range plan.Hibernate {
-		if err := c.hibernate(ctx, pool, id, name, now); err != nil {
+		if err := c.hibernate(ctx, pool, id, name, obs.Now); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -217,19 +266,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			errs = append(errs, err)
 		}
 	}
-
-	est := estimate(pool, desired, instances, c.opts.Prices)
-	c.recordMetrics(pool, plan, est)
-	if err := c.updateStatus(ctx, pool, plan, desired, images, sizeNote, degraded, est); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return reconcile.Result{}, err
-	}
-	if plan.Warming > 0 || plan.StandbyCount < int32(desired) || len(plan.Terminate) > 0 {
-		return reconcile.Result{RequeueAfter: c.opts.Busy}, nil
-	}
-	return reconcile.Result{RequeueAfter: c.opts.Resync}, nil
+	return errs, degraded
 }
 
 // claimedInstances are the instances in the resume ledger (claimed for an interruption, their

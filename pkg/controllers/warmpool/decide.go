@@ -78,6 +78,45 @@ func (p *Plan) terminate(t Terminate) {
 	p.Terminate = append(p.Terminate, t)
 }
 
+// countServing counts a serving instance's Node as draining or (otherwise) active.
+func (p *Plan) countServing(node *corev1.Node) {
+	if nodeutil.State(node) == v1alpha1.NodeStateDraining {
+		p.Draining++
+	} else {
+		p.Active++
+	}
+}
+
+// merge adds a part of the decision (one slot's, or the unslotted instances') to the plan.
+// Terminations are deduplicated by instance ID, the first kept.
+func (p *Plan) merge(q Plan) {
+	p.SlotsChanged = p.SlotsChanged || q.SlotsChanged
+	p.Launch = append(p.Launch, q.Launch...)
+	p.Warm = append(p.Warm, q.Warm...)
+	p.PrePull = append(p.PrePull, q.PrePull...)
+	for id, node := range q.Hibernate {
+		p.Hibernate[id] = node
+	}
+	p.Standby = append(p.Standby, q.Standby...)
+	for _, t := range q.Terminate {
+		p.terminate(t)
+	}
+	p.Warming += q.Warming
+	p.StandbyCount += q.StandbyCount
+	p.Active += q.Active
+	p.Draining += q.Draining
+}
+
+// sortLists puts the plan's lists in a stable order: launches by slot, terminations by
+// instance ID, Node names alphabetically.
+func (p *Plan) sortLists() {
+	sort.Slice(p.Launch, func(i, j int) bool { return p.Launch[i].Slot < p.Launch[j].Slot })
+	sort.Slice(p.Terminate, func(i, j int) bool { return p.Terminate[i].InstanceID < p.Terminate[j].InstanceID })
+	sort.Strings(p.Warm)
+	sort.Strings(p.PrePull)
+	sort.Strings(p.Standby)
+}
+
 // Decide converges a pool: every slot below Desired holds one instance of its current
 // generation on its way to (or in) hibernated standby; everything else tagged with the pool is
 // terminated unless its Node is active or draining (the handoff owns those). Decide is pure.
@@ -87,28 +126,77 @@ func (p *Plan) terminate(t Terminate) {
 // registered. The new generation gets a new EC2 client token, the old instance becomes
 // "detached". With KeepClaimed a claimed instance stays in its slot (it is lent, not detached).
 func Decide(o Observed) Plan {
-	plan := Plan{Hibernate: map[string]string{}}
-	slots := map[int32]v1alpha1.SlotStatus{}
-	for _, s := range o.Slots {
-		if int(s.Slot) < o.Desired {
+	slots, resized := sizeSlots(o.Slots, o.Desired)
+	order := slotOrder(slots)
+	bySlot := indexInstances(o.Instances)
+	plan := Plan{Hibernate: map[string]string{}, SlotsChanged: resized}
+
+	// A standby replacement for age is done one slot at a time, and only while every other
+	// slot is in standby, so the pool never dips more than one node for routine upkeep.
+	mayReplaceAged := allInStandby(o, slots, bySlot)
+	keep := map[string]bool{} // instance IDs with a place
+	for _, s := range order {
+		st := slots[s]
+		step := convergeSlot(o, st, bySlot[slotKey{s, st.Generation}], mayReplaceAged)
+		slots[s] = step.Status
+		if step.Keep != "" {
+			keep[step.Keep] = true
+		}
+		if step.AgedReplaced {
+			mayReplaceAged = false
+		}
+		plan.merge(step.Plan)
+	}
+	plan.merge(placeRest(o, keep))
+
+	plan.Slots = make([]v1alpha1.SlotStatus, 0, len(slots))
+	for _, s := range order {
+		plan.Slots = append(plan.Slots, slots[s])
+	}
+	plan.sortLists()
+	return plan
+}
+
+// sizeSlots keys the slot table by slot number and fits it to desired: slots at or beyond
+// desired are dropped, missing ones below it added at generation 0. changed reports either.
+func sizeSlots(have []v1alpha1.SlotStatus, desired int) (slots map[int32]v1alpha1.SlotStatus, changed bool) {
+	slots = map[int32]v1alpha1.SlotStatus{}
+	for _, s := range have {
+		if int(s.Slot) < desired {
 			slots[s.Slot] = s
 		} else {
-			plan.SlotsChanged = true
+			changed = true
 		}
 	}
-	for s := int32(0); int(s) < o.Desired; s++ {
+	for s := int32(0); int(s) < desired; s++ {
 		if _, ok := slots[s]; !ok {
 			slots[s] = v1alpha1.SlotStatus{Slot: s}
-			plan.SlotsChanged = true
+			changed = true
 		}
 	}
+	return slots, changed
+}
 
-	// Index instances by (slot, generation); the live one wins over one shutting down.
-	type key struct{ slot, gen int32 }
-	bySlot := map[key]*cloud.Instance{}
-	for i := range o.Instances {
-		in := &o.Instances[i]
-		k := key{int32(in.Slot), int32(in.Generation)}
+// slotOrder lists the slot numbers in ascending order.
+func slotOrder(slots map[int32]v1alpha1.SlotStatus) []int32 {
+	order := make([]int32, 0, len(slots))
+	for s := range slots {
+		order = append(order, s)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	return order
+}
+
+// slotKey identifies the instance of one generation of a slot.
+type slotKey struct{ slot, gen int32 }
+
+// indexInstances indexes instances by (slot, generation); the live one wins over one shutting
+// down, and among equals the lowest instance ID.
+func indexInstances(instances []cloud.Instance) map[slotKey]*cloud.Instance {
+	bySlot := map[slotKey]*cloud.Instance{}
+	for i := range instances {
+		in := &instances[i]
+		k := slotKey{int32(in.Slot), int32(in.Generation)}
 		if have, ok := bySlot[k]; ok {
 			if gone(in) && !gone(have) || gone(in) == gone(have) && have.ID < in.ID {
 				continue
@@ -116,136 +204,157 @@ func Decide(o Observed) Plan {
 		}
 		bySlot[k] = in
 	}
+	return bySlot
+}
 
-	// A standby replacement for age is done one slot at a time, and only while every other
-	// slot is in standby, so the pool never dips more than one node for routine upkeep.
-	allStandby := true
+// allInStandby: every slot's current instance is hibernated and has its Node.
+func allInStandby(o Observed, slots map[int32]v1alpha1.SlotStatus, bySlot map[slotKey]*cloud.Instance) bool {
 	for s := range slots {
-		in := bySlot[key{s, slots[s].Generation}]
+		in := bySlot[slotKey{s, slots[s].Generation}]
 		if in == nil || !in.Hibernated || nodeOf(o, in) == nil {
-			allStandby = false
+			return false
 		}
 	}
-	agedReplaced := false
+	return true
+}
 
-	bump := func(s int32, in *cloud.Instance, reason string, degraded bool) {
-		st := slots[s]
-		st.Generation++
-		st.InstanceID = ""
-		slots[s] = st
-		plan.SlotsChanged = true
-		plan.Launch = append(plan.Launch, Launch{Slot: s, Generation: st.Generation})
-		plan.Warming++
-		if in != nil && !gone(in) {
-			if !o.serving(in) {
-				plan.terminate(Terminate{InstanceID: in.ID, Node: nodeName(nodeOf(o, in)), Reason: reason, Degraded: degraded})
-			}
-		}
-	}
+// slotStep is the decision for one slot: its new status, the instance that keeps a place in
+// the pool (if any), whether it was the one replacement for age, and its contribution to the
+// Plan.
+type slotStep struct {
+	Status       v1alpha1.SlotStatus
+	Keep         string
+	AgedReplaced bool
+	Plan         Plan
+}
 
-	keep := map[string]bool{} // instance IDs with a place
-	order := make([]int32, 0, len(slots))
-	for s := range slots {
-		order = append(order, s)
+// bump moves the slot to a new generation and launches it; the old instance, unless gone or
+// serving, is terminated for reason.
+func (step *slotStep) bump(o Observed, in *cloud.Instance, reason string, degraded bool) {
+	step.Status.Generation++
+	step.Status.InstanceID = ""
+	step.Plan.SlotsChanged = true
+	step.launch()
+	if in != nil && !gone(in) && !o.serving(in) {
+		step.Plan.terminate(Terminate{InstanceID: in.ID, Node: nodeName(nodeOf(o, in)), Reason: reason, Degraded: degraded})
 	}
-	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
-	for _, s := range order {
-		st := slots[s]
-		in := bySlot[key{s, st.Generation}]
-		if in != nil && gone(in) {
-			// Terminated behind our back (or by a previous replacement): a new generation.
-			bump(s, in, "vanished", false)
-			continue
-		}
-		if in == nil {
-			// Not launched yet, or launched and not visible yet (EC2 eventual consistency):
-			// RunInstances with the same client token is idempotent either way.
-			plan.Launch = append(plan.Launch, Launch{Slot: s, Generation: st.Generation})
-			plan.Warming++
-			continue
-		}
-		if st.InstanceID != in.ID {
-			st.InstanceID = in.ID
-			slots[s] = st
-			plan.SlotsChanged = true
-		}
-		node := nodeOf(o, in)
-		if o.serving(in) {
-			if o.KeepClaimed {
-				// Lent to an interruption; it comes back to this slot after its handoff.
-				keep[in.ID] = true
-				if nodeutil.State(node) != v1alpha1.NodeStateDraining {
-					plan.Active++
-				} else {
-					plan.Draining++
-				}
-				continue
-			}
-			// Claimed by an interruption: the instance is detached from the slot, which refills.
-			bump(s, nil, "", false)
-			continue
-		}
-		keep[in.ID] = true
-		age := o.Now.Sub(in.LaunchTime)
-		switch in.State {
-		case cloud.StatePending, cloud.StateRunning:
-			if node == nil {
-				if age > o.BootTimeout {
-					bump(s, in, fmt.Sprintf("its Node did not register within %s", o.BootTimeout), true)
-				} else {
-					plan.Warming++
-				}
-				continue
-			}
-			if in.State == cloud.StatePending {
-				plan.Warming++
-				continue
-			}
-			if nodeutil.State(node) != v1alpha1.NodeStateWarming || !nodeutil.HasTaint(node, v1alpha1.TaintStandby) || node.Annotations[v1alpha1.AnnotationWarmingSince] == "" {
-				plan.Warm = append(plan.Warm, node.Name)
-			}
-			if missing := MissingImages(node, o.Images); len(missing) > 0 {
-				since, ok := nodeutil.Time(node.Annotations, v1alpha1.AnnotationWarmingSince)
-				if ok && o.Now.Sub(since) > o.PrePullTimeout {
-					bump(s, in, fmt.Sprintf("images %v not present within the pre-pull timeout %s", missing, o.PrePullTimeout), true)
-					continue
-				}
-				plan.Warming++
-				if nodeutil.Ready(node) {
-					plan.PrePull = append(plan.PrePull, node.Name)
-				}
-				continue
-			}
-			plan.Warming++
-			if !nodeutil.Ready(node) {
-				continue
-			}
-			if at, ok := nodeutil.Time(node.Annotations, v1alpha1.AnnotationHibernateRequestedAt); ok && o.Now.Sub(at) < o.HibernateRetry {
-				continue
-			}
-			plan.Hibernate[in.ID] = node.Name
-		case cloud.StateStopping:
-			plan.Warming++
-		case cloud.StateStopped:
-			switch {
-			case !in.Hibernated:
-				bump(s, in, "hibernation degraded to a plain stop (memory lost; resuming would be a cold boot)", true)
-			case node == nil:
-				bump(s, in, "its Node is gone", false)
-			case age > o.MaxStandbyAge && allStandby && !agedReplaced:
-				agedReplaced = true
-				bump(s, in, fmt.Sprintf("older than maxStandbyAge %s", o.MaxStandbyAge), false)
-			default:
-				plan.StandbyCount++
-				if nodeutil.State(node) != v1alpha1.NodeStateStandby || !nodeutil.HasTaint(node, v1alpha1.TaintStandby) {
-					plan.Standby = append(plan.Standby, node.Name)
-				}
-			}
-		}
-	}
+}
 
-	// Everything else tagged with the pool: active/draining Nodes belong to the handoff;
-	// the rest has no place and is terminated.
+// launch runs the slot's current generation; it counts as warming.
+func (step *slotStep) launch() {
+	step.Plan.Launch = append(step.Plan.Launch, Launch{Slot: step.Status.Slot, Generation: step.Status.Generation})
+	step.Plan.Warming++
+}
+
+// convergeSlot decides one slot given the instance of its current generation (nil if none is
+// visible). mayReplaceAged: the slot may be replaced for age.
+func convergeSlot(o Observed, st v1alpha1.SlotStatus, in *cloud.Instance, mayReplaceAged bool) slotStep {
+	step := slotStep{Status: st}
+	if in != nil && gone(in) {
+		// Terminated behind our back (or by a previous replacement): a new generation.
+		step.bump(o, in, "vanished", false)
+		return step
+	}
+	if in == nil {
+		// Not launched yet, or launched and not visible yet (EC2 eventual consistency):
+		// RunInstances with the same client token is idempotent either way.
+		step.launch()
+		return step
+	}
+	if step.Status.InstanceID != in.ID {
+		step.Status.InstanceID = in.ID
+		step.Plan.SlotsChanged = true
+	}
+	node := nodeOf(o, in)
+	if o.serving(in) {
+		if o.KeepClaimed {
+			// Lent to an interruption; it comes back to this slot after its handoff.
+			step.Keep = in.ID
+			step.Plan.countServing(node)
+			return step
+		}
+		// Claimed by an interruption: the instance is detached from the slot, which refills.
+		step.bump(o, nil, "", false)
+		return step
+	}
+	step.Keep = in.ID
+	switch in.State {
+	case cloud.StatePending, cloud.StateRunning:
+		step.warm(o, in, node)
+	case cloud.StateStopping:
+		step.Plan.Warming++
+	case cloud.StateStopped:
+		step.settleStopped(o, in, node, mayReplaceAged)
+	}
+	return step
+}
+
+// warm advances a pending or running instance towards hibernation: wait for its Node (replace
+// it after BootTimeout), label it warming, pre-pull missing images (replace it after
+// PrePullTimeout), then hibernate it once its Node is Ready, retrying a lost request.
+func (step *slotStep) warm(o Observed, in *cloud.Instance, node *corev1.Node) {
+	if node == nil {
+		if o.Now.Sub(in.LaunchTime) > o.BootTimeout {
+			step.bump(o, in, fmt.Sprintf("its Node did not register within %s", o.BootTimeout), true)
+		} else {
+			step.Plan.Warming++
+		}
+		return
+	}
+	if in.State == cloud.StatePending {
+		step.Plan.Warming++
+		return
+	}
+	if nodeutil.State(node) != v1alpha1.NodeStateWarming || !nodeutil.HasTaint(node, v1alpha1.TaintStandby) || node.Annotations[v1alpha1.AnnotationWarmingSince] == "" {
+		step.Plan.Warm = append(step.Plan.Warm, node.Name)
+	}
+	if missing := MissingImages(node, o.Images); len(missing) > 0 {
+		since, ok := nodeutil.Time(node.Annotations, v1alpha1.AnnotationWarmingSince)
+		if ok && o.Now.Sub(since) > o.PrePullTimeout {
+			step.bump(o, in, fmt.Sprintf("images %v not present within the pre-pull timeout %s", missing, o.PrePullTimeout), true)
+			return
+		}
+		step.Plan.Warming++
+		if nodeutil.Ready(node) {
+			step.Plan.PrePull = append(step.Plan.PrePull, node.Name)
+		}
+		return
+	}
+	step.Plan.Warming++
+	if !nodeutil.Ready(node) {
+		return
+	}
+	if at, ok := nodeutil.Time(node.Annotations, v1alpha1.AnnotationHibernateRequestedAt); ok && o.Now.Sub(at) < o.HibernateRetry {
+		return
+	}
+	step.Plan.Hibernate = map[string]string{in.ID: node.Name}
+}
+
+// settleStopped keeps a hibernated instance in standby (labelling its Node standby), or
+// replaces it: stopped without hibernation, Node gone, or older than MaxStandbyAge (only if
+// mayReplaceAged).
+func (step *slotStep) settleStopped(o Observed, in *cloud.Instance, node *corev1.Node, mayReplaceAged bool) {
+	switch {
+	case !in.Hibernated:
+		step.bump(o, in, "hibernation degraded to a plain stop (memory lost; resuming would be a cold boot)", true)
+	case node == nil:
+		step.bump(o, in, "its Node is gone", false)
+	case o.Now.Sub(in.LaunchTime) > o.MaxStandbyAge && mayReplaceAged:
+		step.AgedReplaced = true
+		step.bump(o, in, fmt.Sprintf("older than maxStandbyAge %s", o.MaxStandbyAge), false)
+	default:
+		step.Plan.StandbyCount++
+		if nodeutil.State(node) != v1alpha1.NodeStateStandby || !nodeutil.HasTaint(node, v1alpha1.TaintStandby) {
+			step.Plan.Standby = append(step.Plan.Standby, node.Name)
+		}
+	}
+}
+
+// placeRest decides everything tagged with the pool that has no slot (not in keep): active and
+// draining Nodes belong to the handoff and are counted; the rest has no place and is
+// terminated.
+func placeRest(o Observed, keep map[string]bool) Plan {
+	var plan Plan
 	for i := range o.Instances {
 		in := &o.Instances[i]
 		if keep[in.ID] || gone(in) {
@@ -253,25 +362,11 @@ func Decide(o Observed) Plan {
 		}
 		node := nodeOf(o, in)
 		if o.serving(in) {
-			if nodeutil.State(node) == v1alpha1.NodeStateDraining {
-				plan.Draining++
-			} else {
-				plan.Active++
-			}
+			plan.countServing(node)
 			continue
 		}
 		plan.terminate(Terminate{InstanceID: in.ID, Node: nodeName(node), Reason: "no place in the pool (old generation, or slot beyond the size)"})
 	}
-
-	plan.Slots = make([]v1alpha1.SlotStatus, 0, len(slots))
-	for _, s := range order {
-		plan.Slots = append(plan.Slots, slots[s])
-	}
-	sort.Slice(plan.Launch, func(i, j int) bool { return plan.Launch[i].Slot < plan.Launch[j].Slot })
-	sort.Slice(plan.Terminate, func(i, j int) bool { return plan.Terminate[i].InstanceID < plan.Terminate[j].InstanceID })
-	sort.Strings(plan.Warm)
-	sort.Strings(plan.PrePull)
-	sort.Strings(plan.Standby)
 	return plan
 }
 

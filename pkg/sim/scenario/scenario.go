@@ -312,151 +312,206 @@ func (s *Scenario) applyDefaults() {
 	}
 }
 
+// problems collects the FieldErrors of a validation, in the order found.
+type problems []*FieldError
+
+// bad records a problem with field; the message is format with args.
+func (p *problems) bad(field, format string, args ...any) {
+	*p = append(*p, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
 // Validate checks the decoded scenario; field paths follow the YAML keys.
 func (s *Scenario) Validate() []*FieldError {
-	var errs []*FieldError
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	var p problems
+	s.validateRun(&p)
+	types := s.Cluster.validate(&p)
+	s.Timing.validate(&p)
+	validateWorkloads(&p, s.Workloads)
+	if s.WarmPool != nil {
+		s.WarmPool.validate(&p, types)
 	}
+	if s.Cost.RunsPerMonth < 0 {
+		p.bad("cost.runsPerMonth", "must be ≥ 0, got %g", s.Cost.RunsPerMonth)
+	}
+	for _, m := range s.Modes {
+		if m == ModeLifeboat && s.WarmPool == nil {
+			p.bad("warmPool", "required when modes include lifeboat")
+		}
+	}
+	s.validateEvents(&p, types)
+	return p
+}
+
+// validateRun checks the run's top-level fields: name, duration and modes.
+func (s *Scenario) validateRun(p *problems) {
 	if s.Name == "" {
-		bad("name", "required")
+		p.bad("name", "required")
 	}
 	if s.Duration.Duration <= 0 {
-		bad("duration", "must be > 0 (e.g. \"10m\")")
+		p.bad("duration", "must be > 0 (e.g. \"10m\")")
 	}
 	for i, m := range s.Modes {
 		switch m {
 		case ModeBaseline, ModeLifeboat, ModeOverprovisioning:
 		default:
-			bad(fmt.Sprintf("modes[%d]", i), "unknown mode %q (baseline, lifeboat, overprovisioning)", m)
+			p.bad(fmt.Sprintf("modes[%d]", i), "unknown mode %q (baseline, lifeboat, overprovisioning)", m)
 		}
 	}
-	if len(s.Cluster.Zones) == 0 {
-		bad("cluster.zones", "at least one zone")
+}
+
+// validate checks cluster: zones, instance types and Spot prices. It returns the set of
+// instance type names (the warm pool and the events refer to them).
+func (c Cluster) validate(p *problems) (types map[string]bool) {
+	if len(c.Zones) == 0 {
+		p.bad("cluster.zones", "at least one zone")
 	}
-	if len(s.Cluster.InstanceTypes) == 0 {
-		bad("cluster.instanceTypes", "at least one instance type")
+	if len(c.InstanceTypes) == 0 {
+		p.bad("cluster.instanceTypes", "at least one instance type")
 	}
-	types := map[string]bool{}
-	for i, it := range s.Cluster.InstanceTypes {
-		f := fmt.Sprintf("cluster.instanceTypes[%d]", i)
-		if it.Name == "" {
-			bad(f+".name", "required")
-		}
-		if types[it.Name] {
-			bad(f+".name", "duplicate instance type %q", it.Name)
-		}
+	types = map[string]bool{}
+	for i, it := range c.InstanceTypes {
+		it.validate(p, fmt.Sprintf("cluster.instanceTypes[%d]", i), types[it.Name])
 		types[it.Name] = true
-		if !isQuantity(it.CPU) {
-			bad(f+".cpu", "want a CPU quantity such as \"2\" or \"1500m\", got %q", it.CPU)
-		}
-		if !isQuantity(it.Memory) {
-			bad(f+".memory", "want a memory quantity such as \"8Gi\", got %q", it.Memory)
-		}
-		if it.OnDemandUSD <= 0 {
-			bad(f+".onDemandPrice", "must be > 0 (USD per hour)")
-		}
 	}
-	if s.Cluster.SpotDiscount <= 0 || s.Cluster.SpotDiscount > 1 {
-		bad("cluster.spotDiscount", "must be in (0, 1]")
+	if c.SpotDiscount <= 0 || c.SpotDiscount > 1 {
+		p.bad("cluster.spotDiscount", "must be in (0, 1]")
 	}
-	for z, f := range s.Cluster.ZoneSpotFactor {
-		if !slices.Contains(s.Cluster.Zones, z) {
-			bad("cluster.zoneSpotFactor", "zone %q is not in cluster.zones", z)
+	for z, f := range c.ZoneSpotFactor {
+		if !slices.Contains(c.Zones, z) {
+			p.bad("cluster.zoneSpotFactor", "zone %q is not in cluster.zones", z)
 		}
 		if f <= 0 {
-			bad("cluster.zoneSpotFactor", "factor of %s must be > 0", z)
+			p.bad("cluster.zoneSpotFactor", "factor of %s must be > 0", z)
 		}
 	}
+	return types
+}
+
+// validate checks one instance type at field path f; duplicate: an earlier one has its name.
+func (it InstanceType) validate(p *problems, f string, duplicate bool) {
+	if it.Name == "" {
+		p.bad(f+".name", "required")
+	}
+	if duplicate {
+		p.bad(f+".name", "duplicate instance type %q", it.Name)
+	}
+	if !isQuantity(it.CPU) {
+		p.bad(f+".cpu", "want a CPU quantity such as \"2\" or \"1500m\", got %q", it.CPU)
+	}
+	if !isQuantity(it.Memory) {
+		p.bad(f+".memory", "want a memory quantity such as \"8Gi\", got %q", it.Memory)
+	}
+	if it.OnDemandUSD <= 0 {
+		p.bad(f+".onDemandPrice", "must be > 0 (USD per hour)")
+	}
+}
+
+// validate checks the timing model: every distribution has mean ≥ 0 and jitter in [0, mean].
+func (t Timing) validate(p *problems) {
 	for name, d := range map[string]Dist{
-		"timing.karpenterBoot": s.Timing.KarpenterBoot, "timing.lifeboatResume": s.Timing.LifeboatResume,
-		"timing.imagePullCold": s.Timing.ImagePullCold, "timing.imagePullCached": s.Timing.ImagePullCached,
-		"timing.appStart": s.Timing.AppStart,
+		"timing.karpenterBoot": t.KarpenterBoot, "timing.lifeboatResume": t.LifeboatResume,
+		"timing.imagePullCold": t.ImagePullCold, "timing.imagePullCached": t.ImagePullCached,
+		"timing.appStart": t.AppStart,
 	} {
 		if d.Mean.Duration < 0 || d.Jitter.Duration < 0 || d.Jitter.Duration > d.Mean.Duration {
-			bad(name, "mean must be ≥ 0 and jitter between 0 and mean")
+			p.bad(name, "mean must be ≥ 0 and jitter between 0 and mean")
 		}
 	}
-	if len(s.Workloads) == 0 {
-		bad("workloads", "at least one workload")
+}
+
+// validateWorkloads checks the workloads: at least one, names unique per namespace, each valid.
+func validateWorkloads(p *problems, workloads []Workload) {
+	if len(workloads) == 0 {
+		p.bad("workloads", "at least one workload")
 	}
 	seen := map[string]bool{}
-	for i, w := range s.Workloads {
-		f := fmt.Sprintf("workloads[%d]", i)
-		if w.Name == "" {
-			bad(f+".name", "required")
-		}
-		if seen[w.Namespace+"/"+w.Name] {
-			bad(f+".name", "duplicate workload %s/%s", w.Namespace, w.Name)
-		}
+	for i, w := range workloads {
+		w.validate(p, fmt.Sprintf("workloads[%d]", i), seen[w.Namespace+"/"+w.Name])
 		seen[w.Namespace+"/"+w.Name] = true
-		switch w.Kind {
-		case "Deployment", "StatefulSet", "Job":
-		default:
-			bad(f+".kind", "want Deployment, StatefulSet or Job, got %q", w.Kind)
-		}
-		if w.Replicas <= 0 {
-			bad(f+".replicas", "must be > 0")
-		}
-		if !isQuantity(w.CPU) {
-			bad(f+".cpu", "want a CPU quantity such as \"250m\", got %q", w.CPU)
-		}
-		if !isQuantity(w.Memory) {
-			bad(f+".memory", "want a memory quantity such as \"512Mi\", got %q", w.Memory)
-		}
-		switch w.Tier {
-		case "critical", "stateless", "checkpointed", "best-effort":
-		default:
-			bad(f+".tier", "want critical, stateless, checkpointed or best-effort, got %q", w.Tier)
-		}
-		if w.PDBMaxUnavailable != "" {
-			if _, err := ParseMaxUnavailable(w.PDBMaxUnavailable); err != nil {
-				bad(f+".pdbMaxUnavailable", "%v", err)
-			}
-		}
-		if w.PDBMinAvailable != "" {
-			if w.PDBMaxUnavailable != "" {
-				bad(f+".pdbMinAvailable", "pdbMinAvailable and pdbMaxUnavailable are mutually exclusive (a PDB has one or the other)")
-			} else if m, err := ParseMinAvailable(w.PDBMinAvailable); err != nil {
-				bad(f+".pdbMinAvailable", "%v", err)
-			} else if !m.IsPercent && w.Replicas > 0 && m.Count > int(w.Replicas) {
-				bad(f+".pdbMinAvailable", "%d is more than replicas (%d); use %d or \"100%%\" for a PDB that allows no disruption",
-					m.Count, w.Replicas, w.Replicas)
-			}
-		}
-		switch w.CapacityType {
-		case "", "spot", "on-demand":
-		default:
-			bad(f+".capacityType", "want spot, on-demand or empty, got %q", w.CapacityType)
+	}
+}
+
+// validate checks one workload at field path f; duplicate: an earlier one has its
+// namespace/name.
+func (w Workload) validate(p *problems, f string, duplicate bool) {
+	if w.Name == "" {
+		p.bad(f+".name", "required")
+	}
+	if duplicate {
+		p.bad(f+".name", "duplicate workload %s/%s", w.Namespace, w.Name)
+	}
+	switch w.Kind {
+	case "Deployment", "StatefulSet", "Job":
+	default:
+		p.bad(f+".kind", "want Deployment, StatefulSet or Job, got %q", w.Kind)
+	}
+	if w.Replicas <= 0 {
+		p.bad(f+".replicas", "must be > 0")
+	}
+	if !isQuantity(w.CPU) {
+		p.bad(f+".cpu", "want a CPU quantity such as \"250m\", got %q", w.CPU)
+	}
+	if !isQuantity(w.Memory) {
+		p.bad(f+".memory", "want a memory quantity such as \"512Mi\", got %q", w.Memory)
+	}
+	switch w.Tier {
+	case "critical", "stateless", "checkpointed", "best-effort":
+	default:
+		p.bad(f+".tier", "want critical, stateless, checkpointed or best-effort, got %q", w.Tier)
+	}
+	w.validatePDB(p, f)
+	switch w.CapacityType {
+	case "", "spot", "on-demand":
+	default:
+		p.bad(f+".capacityType", "want spot, on-demand or empty, got %q", w.CapacityType)
+	}
+}
+
+// validatePDB checks a workload's PDB fields at field path f: each parses, at most one is set,
+// and a minAvailable count does not exceed the replicas.
+func (w Workload) validatePDB(p *problems, f string) {
+	if w.PDBMaxUnavailable != "" {
+		if _, err := ParseMaxUnavailable(w.PDBMaxUnavailable); err != nil {
+			p.bad(f+".pdbMaxUnavailable", "%v", err)
 		}
 	}
-	if wp := s.WarmPool; wp != nil {
-		if wp.Size != "auto" && !isNonNegInt(wp.Size) {
-			bad("warmPool.size", "want a number ≥ 0 or \"auto\", got %q", wp.Size)
-		}
-		if len(wp.InstanceTypes) == 0 {
-			bad("warmPool.instanceTypes", "at least one instance type")
-		}
-		for i, t := range wp.InstanceTypes {
-			if !types[t] {
-				bad(fmt.Sprintf("warmPool.instanceTypes[%d]", i), "%q is not in cluster.instanceTypes", t)
-			}
-		}
-		if wp.Handoff != "AfterActiveDuration" && wp.Handoff != "WhenReplacementReady" {
-			bad("warmPool.handoff", "want AfterActiveDuration or WhenReplacementReady, got %q", wp.Handoff)
-		}
-		if wp.AfterUse != "Terminate" && wp.AfterUse != "Rehibernate" {
-			bad("warmPool.afterUse", "want Terminate or Rehibernate, got %q", wp.AfterUse)
+	if w.PDBMinAvailable == "" {
+		return
+	}
+	if w.PDBMaxUnavailable != "" {
+		p.bad(f+".pdbMinAvailable", "pdbMinAvailable and pdbMaxUnavailable are mutually exclusive (a PDB has one or the other)")
+	} else if m, err := ParseMinAvailable(w.PDBMinAvailable); err != nil {
+		p.bad(f+".pdbMinAvailable", "%v", err)
+	} else if !m.IsPercent && w.Replicas > 0 && m.Count > int(w.Replicas) {
+		p.bad(f+".pdbMinAvailable", "%d is more than replicas (%d); use %d or \"100%%\" for a PDB that allows no disruption",
+			m.Count, w.Replicas, w.Replicas)
+	}
+}
+
+// validate checks the warm pool; types are the cluster's instance type names.
+func (wp *WarmPool) validate(p *problems, types map[string]bool) {
+	if wp.Size != "auto" && !isNonNegInt(wp.Size) {
+		p.bad("warmPool.size", "want a number ≥ 0 or \"auto\", got %q", wp.Size)
+	}
+	if len(wp.InstanceTypes) == 0 {
+		p.bad("warmPool.instanceTypes", "at least one instance type")
+	}
+	for i, t := range wp.InstanceTypes {
+		if !types[t] {
+			p.bad(fmt.Sprintf("warmPool.instanceTypes[%d]", i), "%q is not in cluster.instanceTypes", t)
 		}
 	}
-	if s.Cost.RunsPerMonth < 0 {
-		bad("cost.runsPerMonth", "must be ≥ 0, got %g", s.Cost.RunsPerMonth)
+	if wp.Handoff != "AfterActiveDuration" && wp.Handoff != "WhenReplacementReady" {
+		p.bad("warmPool.handoff", "want AfterActiveDuration or WhenReplacementReady, got %q", wp.Handoff)
 	}
-	for _, m := range s.Modes {
-		if m == ModeLifeboat && s.WarmPool == nil {
-			bad("warmPool", "required when modes include lifeboat")
-		}
+	if wp.AfterUse != "Terminate" && wp.AfterUse != "Rehibernate" {
+		p.bad("warmPool.afterUse", "want Terminate or Rehibernate, got %q", wp.AfterUse)
 	}
+}
+
+// validateEvents checks the events: within the duration, their pools in the cluster (types
+// are its instance type names), and the fields each kind needs.
+func (s *Scenario) validateEvents(p *problems, types map[string]bool) {
 	zones := map[string]bool{}
 	for _, z := range s.Cluster.Zones {
 		zones[z] = true
@@ -464,29 +519,33 @@ func (s *Scenario) Validate() []*FieldError {
 	for i, e := range s.Events {
 		f := fmt.Sprintf("events[%d]", i)
 		if e.At.Duration < 0 || (s.Duration.Duration > 0 && e.At.Duration >= s.Duration.Duration) {
-			bad(f+".at", "must be within the scenario's duration")
+			p.bad(f+".at", "must be within the scenario's duration")
 		}
 		if e.Pool.InstanceType != "" && e.Pool.InstanceType != "*" && !types[e.Pool.InstanceType] {
-			bad(f+".pool.instanceType", "%q is not in cluster.instanceTypes", e.Pool.InstanceType)
+			p.bad(f+".pool.instanceType", "%q is not in cluster.instanceTypes", e.Pool.InstanceType)
 		}
 		if e.Pool.Zone != "" && !zones[e.Pool.Zone] {
-			bad(f+".pool.zone", "%q is not in cluster.zones", e.Pool.Zone)
+			p.bad(f+".pool.zone", "%q is not in cluster.zones", e.Pool.Zone)
 		}
-		switch e.Kind {
-		case EventBurst, EventRebalance:
-			if e.Count <= 0 {
-				bad(f+".count", "must be > 0 for a %s", e.Kind)
-			}
-		case EventNotice:
-		case EventICE:
-			if e.For.Duration <= 0 {
-				bad(f+".for", "must be > 0 for an ice event (how long the pool has no capacity)")
-			}
-		default:
-			bad(f+".kind", "want burst, notice, rebalance or ice, got %q", e.Kind)
-		}
+		e.validateKind(p, f)
 	}
-	return errs
+}
+
+// validateKind checks an event's kind at field path f and the fields that kind needs.
+func (e Event) validateKind(p *problems, f string) {
+	switch e.Kind {
+	case EventBurst, EventRebalance:
+		if e.Count <= 0 {
+			p.bad(f+".count", "must be > 0 for a %s", e.Kind)
+		}
+	case EventNotice:
+	case EventICE:
+		if e.For.Duration <= 0 {
+			p.bad(f+".for", "must be > 0 for an ice event (how long the pool has no capacity)")
+		}
+	default:
+		p.bad(f+".kind", "want burst, notice, rebalance or ice, got %q", e.Kind)
+	}
 }
 
 // lineOf finds the line of a dotted field path (a.b[2].c) in the YAML tree; the nearest
