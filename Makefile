@@ -52,6 +52,12 @@ up: tools ## Start the full local control plane (etcd, apiserver, KCM, KWOK, Kar
 demo: tools build ## The main job: a Spot reclaim (monday-reclaim) with Karpenter alone and with Lifeboat, side by side
 	$(BIN)/lifeboat sim run --scenario monday-reclaim --parallel --bin-dir $(BIN) --out $(CURDIR)/.lifeboat/demo
 
+REPORT ?= $(CURDIR)/.lifeboat/demo/report.html
+
+.PHONY: report-check
+report-check: ## Open a simulation report in headless Chromium (apt-get install chromium): the outcome first, then the table, then the charts, no sideways scrolling; writes a screenshot beside it (REPORT=path)
+	cd hack/reportshot && go run . --report $(abspath $(REPORT))
+
 # ---- test ----
 
 .PHONY: test

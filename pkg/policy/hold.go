@@ -147,3 +147,37 @@ func DrainStart(node *corev1.Node) (time.Time, bool) {
 	}
 	return start, !start.IsZero()
 }
+
+// HoldAnnotations returns the annotations to merge into pod when the bridge writes value
+// (an RFC 3339 deadline, or EvictionHoldReleased) into its lifeboat.dev/eviction-hold; a nil
+// value removes the key (JSON merge patch).
+//
+// A hold is paired with Karpenter's karpenter.sh/do-not-disrupt as a duration that ends at
+// the deadline: Karpenter (v1.15) counts the duration from the Pod's start, and while it runs
+// its eviction queue waits without calling the Eviction API — a refused eviction costs the
+// API server an eviction, a Node read and an Event per retry. The duration is a bound a
+// crashed Lifeboat cannot outlive. It is written only when the Pod has a start time (without
+// one Karpenter treats the duration as never ending) and no do-not-disrupt of its own, and
+// removed on release only when Lifeboat wrote it.
+func HoldAnnotations(pod *corev1.Pod, value string) map[string]any {
+	out := map[string]any{v1alpha1.AnnotationEvictionHold: value}
+	ours := pod.Annotations[v1alpha1.AnnotationDoNotDisruptByLifeboat] == "true"
+	_, theirs := pod.Annotations[v1alpha1.AnnotationKarpenterDoNotDisrupt]
+	theirs = theirs && !ours
+	until, err := time.Parse(time.RFC3339Nano, value)
+	switch {
+	case err == nil && !theirs && pod.Status.StartTime != nil:
+		d := until.Sub(pod.Status.StartTime.Time)
+		if d <= 0 {
+			break
+		}
+		out[v1alpha1.AnnotationKarpenterDoNotDisrupt] = fmt.Sprintf("%ds", int64((d+time.Second-1)/time.Second))
+		out[v1alpha1.AnnotationDoNotDisruptByLifeboat] = "true"
+		return out
+	}
+	if ours {
+		out[v1alpha1.AnnotationKarpenterDoNotDisrupt] = nil
+		out[v1alpha1.AnnotationDoNotDisruptByLifeboat] = nil
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -330,6 +331,46 @@ func TestDrainStart(t *testing.T) {
 			got, ok := DrainStart(&tt.node)
 			if ok != tt.wantOK || !got.Equal(tt.want) {
 				t.Errorf("DrainStart = %s, %v; want %s, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestHoldAnnotations(t *testing.T) {
+	started := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	deadline := started.Add(time.Hour + 500*time.Millisecond).Format(time.RFC3339Nano)
+	pod := func(annotations map[string]string, start *time.Time) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}
+		if start != nil {
+			p.Status.StartTime = &metav1.Time{Time: *start}
+		}
+		return p
+	}
+	ours := map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "3601s", v1alpha1.AnnotationDoNotDisruptByLifeboat: "true"}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		value string
+		want  map[string]any
+	}{
+		{"a hold ends Karpenter's do-not-disrupt at the deadline, rounded up", pod(nil, &started), deadline, map[string]any{
+			v1alpha1.AnnotationEvictionHold: deadline, v1alpha1.AnnotationKarpenterDoNotDisrupt: "3601s", v1alpha1.AnnotationDoNotDisruptByLifeboat: "true"}},
+		{"a user's own do-not-disrupt is left alone", pod(map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"}, &started), deadline, map[string]any{
+			v1alpha1.AnnotationEvictionHold: deadline}},
+		{"no start time: a duration would never end for Karpenter", pod(nil, nil), deadline, map[string]any{
+			v1alpha1.AnnotationEvictionHold: deadline}},
+		{"a deadline before the start writes no duration", pod(nil, &started), started.Add(-time.Minute).Format(time.RFC3339Nano), map[string]any{
+			v1alpha1.AnnotationEvictionHold: started.Add(-time.Minute).Format(time.RFC3339Nano)}},
+		{"release removes what Lifeboat wrote", pod(ours, &started), v1alpha1.EvictionHoldReleased, map[string]any{
+			v1alpha1.AnnotationEvictionHold: v1alpha1.EvictionHoldReleased, v1alpha1.AnnotationKarpenterDoNotDisrupt: nil, v1alpha1.AnnotationDoNotDisruptByLifeboat: nil}},
+		{"release keeps a user's own", pod(map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"}, &started), v1alpha1.EvictionHoldReleased, map[string]any{
+			v1alpha1.AnnotationEvictionHold: v1alpha1.EvictionHoldReleased}},
+		{"a renewed hold rewrites Lifeboat's own", pod(ours, &started), started.Add(2 * time.Hour).Format(time.RFC3339Nano), map[string]any{
+			v1alpha1.AnnotationEvictionHold: started.Add(2 * time.Hour).Format(time.RFC3339Nano), v1alpha1.AnnotationKarpenterDoNotDisrupt: "7200s", v1alpha1.AnnotationDoNotDisruptByLifeboat: "true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, HoldAnnotations(tc.pod, tc.value)); diff != "" {
+				t.Errorf("HoldAnnotations (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -11,13 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/release"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
 )
@@ -29,68 +29,70 @@ const (
 	BinController = "lifeboat-controller"
 )
 
-// LifeboatInstaller installs Lifeboat into a simulation's control plane from the same binaries,
-// flags and configuration files the manifests deploy: the CRD, namespace and PriorityClasses
-// from manifests/, the webhook with manifests/webhook/webhooks.yaml pointed at its loopback
-// port, the scheduler with manifests/scheduler/config.yaml, the controller against the AWS
-// emulator (in this process, bound to KWOK), and the scenario's WarmPool.
+// LifeboatInstaller installs Lifeboat into a simulation's control plane the way users do: the
+// AWS emulator (in this process, bound to KWOK) stands in for AWS, and `helm install` of
+// charts/lifeboat with values written from the scenario (<run dir>/lifeboat-values.yaml)
+// installs the CRD, the PriorityClasses, RBAC, the webhook configurations and the scenario's
+// WarmPool. The chart's components run as local processes configured from what the chart
+// installed (pkg/localcluster/release): the control plane has no kubelet to run images.
 type LifeboatInstaller struct {
-	BinDir, ManifestsDir string
+	BinDir, ChartDir string
 	// EmulatorURL and QueueURL are set by Install (for `lifeboat sim up`).
 	EmulatorURL, QueueURL string
+	// Release is the installed chart, set by Install.
+	Release *release.Release
 }
 
-// NewLifeboatInstaller finds Lifeboat's binaries and manifests, and says how to build them
-// when they are missing.
+// NewLifeboatInstaller finds Lifeboat's binaries, helm and the chart, and says how to build
+// them when they are missing.
 func NewLifeboatInstaller(binDir string) (*LifeboatInstaller, error) {
 	var missing []string
-	for _, b := range []string{BinWebhook, BinScheduler, BinController} {
+	for _, b := range []string{BinWebhook, BinScheduler, BinController, "helm"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			missing = append(missing, b)
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("Lifeboat binaries missing in %s: %s; build them with `make build` (or pass --bin-dir)", binDir, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("missing in %s: %s; build them with `make tools build` (or pass --bin-dir)", binDir, strings.Join(missing, ", "))
 	}
 	root, err := localcluster.RepoRoot()
 	if err != nil {
-		return nil, fmt.Errorf("lifeboat mode reads manifests/ of the Lifeboat repository; run from inside it: %w", err)
+		return nil, fmt.Errorf("lifeboat mode installs charts/lifeboat of the Lifeboat repository; run from inside it: %w", err)
 	}
-	return &LifeboatInstaller{BinDir: binDir, ManifestsDir: filepath.Join(root, "manifests")}, nil
+	return &LifeboatInstaller{BinDir: binDir, ChartDir: filepath.Join(root, "charts", "lifeboat")}, nil
 }
 
 // Install implements Installer.
 func (l *LifeboatInstaller) Install(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario, runDir string) (Notifier, error) {
-	if err := localcluster.ApplyCRDDirs(ctx, c, []string{filepath.Join(l.ManifestsDir, "crds")}); err != nil {
-		return nil, err
-	}
-	for _, f := range []string{"namespace.yaml", "webhook/priorityclasses.yaml"} {
-		b, err := os.ReadFile(filepath.Join(l.ManifestsDir, f))
-		if err != nil {
-			return nil, err
-		}
-		if err := c.ApplyYAML(ctx, string(b)); err != nil {
-			return nil, fmt.Errorf("apply manifests/%s: %w", f, err)
-		}
-	}
 	emu, queueURL, err := l.startEmulator(c, s)
 	if err != nil {
 		return nil, err
 	}
 	go func() { <-ctx.Done(); _ = emu.Close() }()
 	l.EmulatorURL, l.QueueURL = emu.URL, queueURL
-	if err := l.startWebhook(ctx, c, runDir, bridgeOn(s)); err != nil {
+	valuesFile := filepath.Join(runDir, "lifeboat-values.yaml")
+	if err := writeValues(valuesFile, chartValues(s, emu.URL, queueURL)); err != nil {
 		return nil, err
 	}
-	if err := l.startScheduler(ctx, c, runDir); err != nil {
+	o := emu.ClientOptions()
+	creds, err := o.Credentials.Retrieve(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := l.startController(ctx, c, emu, queueURL, s.Timing.Notice.Duration, bridgeOn(s)); err != nil {
+	rel, err := release.Install(ctx, c, release.Options{
+		Helm: filepath.Join(l.BinDir, "helm"), Chart: l.ChartDir, BinDir: l.BinDir,
+		Values:  []string{valuesFile},
+		WorkDir: filepath.Join(runDir, "chart"),
+		// What IRSA or Pod Identity gives the controller's Pod in a real cluster.
+		ControllerEnv: []string{"AWS_ACCESS_KEY_ID=" + creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + creds.SecretAccessKey},
+	})
+	if err != nil {
 		return nil, err
 	}
-	if err := l.createWarmPool(ctx, c, s); err != nil {
+	if err := rel.Start(ctx); err != nil {
 		return nil, err
 	}
+	l.Release = rel
 	return &sqsNotifier{emu: emu}, nil
 }
 
@@ -117,141 +119,60 @@ func (l *LifeboatInstaller) startEmulator(c *localcluster.Cluster, s *scenario.S
 	return emu, emu.CreateQueue(emu.URL, QueueName), nil
 }
 
-func (l *LifeboatInstaller) startWebhook(ctx context.Context, c *localcluster.Cluster, runDir string, bridge bool) error {
-	ports, err := localcluster.FreePorts(3)
-	if err != nil {
-		return err
-	}
-	certDir := filepath.Join(runDir, "webhook-certs")
-	ca, err := localcluster.WriteServingCert(certDir, "127.0.0.1")
-	if err != nil {
-		return err
-	}
-	if _, err := c.StartProcess("lifeboat-webhook", filepath.Join(l.BinDir, BinWebhook), []string{
-		"--kubeconfig=" + c.KubeconfigPath(),
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--port=%d", ports[0]),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[2]),
-		"--leader-elect=false",
-		"--tls-cert-dir=" + certDir,
-		"--eviction-pending-hold=" + map[bool]string{true: policy.DefaultPendingHold.String(), false: "0s"}[bridge],
-	}, nil); err != nil {
-		return err
-	}
-	if err := c.WaitHealthy(ctx, "lifeboat-webhook", fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])); err != nil {
-		return err
-	}
-	return localcluster.RegisterLoopbackWebhooks(ctx, c.Client(), filepath.Join(l.ManifestsDir, "webhook", "webhooks.yaml"), ports[0], ca)
-}
-
-// startScheduler runs the scheduler with manifests/scheduler/config.yaml; only
-// clientConnection.kubeconfig is filled in (with --config, kube-scheduler ignores --kubeconfig).
-func (l *LifeboatInstaller) startScheduler(ctx context.Context, c *localcluster.Cluster, runDir string) error {
-	port, err := localcluster.FreePorts(1)
-	if err != nil {
-		return err
-	}
-	raw, err := os.ReadFile(filepath.Join(l.ManifestsDir, "scheduler", "config.yaml"))
-	if err != nil {
-		return err
-	}
-	cfg := map[string]any{}
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		return fmt.Errorf("manifests/scheduler/config.yaml: %w", err)
-	}
-	conn, _ := cfg["clientConnection"].(map[string]any)
-	if conn == nil {
-		conn = map[string]any{}
-	}
-	conn["kubeconfig"] = c.KubeconfigPath()
-	cfg["clientConnection"] = conn
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	cfgPath := filepath.Join(runDir, "lifeboat-scheduler.yaml")
-	if err := os.WriteFile(cfgPath, out, 0o644); err != nil {
-		return err
-	}
-	if _, err := c.StartProcess("lifeboat-scheduler", filepath.Join(l.BinDir, BinScheduler), []string{
-		"--config=" + cfgPath,
-		"--authentication-kubeconfig=" + c.KubeconfigPath(),
-		"--authorization-kubeconfig=" + c.KubeconfigPath(),
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", port[0]),
-	}, nil); err != nil {
-		return err
-	}
-	return c.WaitHealthy(ctx, "lifeboat-scheduler", fmt.Sprintf("https://127.0.0.1:%d/healthz", port[0]))
-}
-
-// startController runs the controller against the emulator; the bridge's notice is the
-// scenario's (a shortened notice shortens the holds), its resume timeout at most half of it.
-func (l *LifeboatInstaller) startController(ctx context.Context, c *localcluster.Cluster, emu *awsemu.Server, queueURL string, notice time.Duration, bridge bool) error {
-	ports, err := localcluster.FreePorts(2)
-	if err != nil {
-		return err
-	}
-	o := emu.ClientOptions()
-	creds, err := o.Credentials.Retrieve(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := c.StartProcess("lifeboat-controller", filepath.Join(l.BinDir, BinController), []string{
-		"--ec2-endpoint=" + emu.URL,
-		"--sqs-endpoint=" + emu.URL,
-		"--aws-region=" + o.Region,
-		"--queue-url=" + queueURL,
-		"--sqs-wait-time=2s",
-		"--leader-elect=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
-		"--resync=10s",
-		"--bridge-notice=" + notice.String(),
-		"--bridge-resume-timeout=" + min(50*time.Second, notice/2).String(),
-		"--bridge-margin=" + min(15*time.Second, notice/4).String(),
-		fmt.Sprintf("--disable-bridge=%t", !bridge),
-	}, []string{
-		"KUBECONFIG=" + c.KubeconfigPath(),
-		"AWS_ACCESS_KEY_ID=" + creds.AccessKeyID,
-		"AWS_SECRET_ACCESS_KEY=" + creds.SecretAccessKey,
-		"AWS_REGION=" + o.Region,
-	}); err != nil {
-		return err
-	}
-	return c.WaitHealthy(ctx, "lifeboat-controller", fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
-}
-
-func (l *LifeboatInstaller) createWarmPool(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario) error {
-	wp := s.WarmPool
-	size := intstr.Parse(wp.Size)
-	pool := &v1alpha1.WarmPool{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.Group + "/v1alpha1", Kind: "WarmPool"},
-		ObjectMeta: metav1.ObjectMeta{Name: WarmPoolName},
-		Spec: v1alpha1.WarmPoolSpec{
-			Size:           size,
-			InstanceTypes:  wp.InstanceTypes,
-			ImageID:        "ami-0123456789abcdef0",
-			RootVolumeGiB:  int32(wp.EBSGiBPerNode),
-			ActiveDuration: &metav1.Duration{Duration: wp.ActiveDuration.Duration},
-			Handoff:        v1alpha1.HandoffPolicy(wp.Handoff),
-			AfterUse:       v1alpha1.AfterUsePolicy(wp.AfterUse),
-			PrePull:        v1alpha1.PrePull{Policy: v1alpha1.PrePullAuto},
+// chartValues are the chart values of a scenario: the emulator as AWS, no Pods for the
+// components (they run as local processes; Pods would take the simulated nodes' capacity),
+// the bridge's timing from the scenario's notice (a shortened notice shortens the holds, the
+// resume timeout at most half of it), and the scenario's WarmPool.
+func chartValues(s *scenario.Scenario, emulatorURL, queueURL string) map[string]any {
+	bridge := bridgeOn(s)
+	notice := s.Timing.Notice.Duration
+	return map[string]any{
+		"aws": map[string]any{
+			"region": "us-east-1", "ec2Endpoint": emulatorURL, "sqsEndpoint": emulatorURL, "interruptionQueueURL": queueURL,
 		},
+		"webhook": map[string]any{
+			"replicas": 0,
+			"extraArgs": []string{
+				"--eviction-pending-hold=" + map[bool]string{true: policy.DefaultPendingHold.String(), false: "0s"}[bridge],
+			},
+		},
+		"scheduler": map[string]any{"replicas": 0},
+		"controller": map[string]any{
+			"resync": "10s",
+			"extraArgs": []string{
+				"--sqs-wait-time=2s",
+				"--bridge-notice=" + notice.String(),
+				"--bridge-resume-timeout=" + min(50*time.Second, notice/2).String(),
+				"--bridge-margin=" + min(15*time.Second, notice/4).String(),
+				fmt.Sprintf("--disable-bridge=%t", !bridge),
+			},
+		},
+		"warmPools": []any{map[string]any{"name": WarmPoolName, "spec": warmPoolSpec(s)}},
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pool)
+}
+
+func warmPoolSpec(s *scenario.Scenario) v1alpha1.WarmPoolSpec {
+	wp := s.WarmPool
+	return v1alpha1.WarmPoolSpec{
+		Size:           intstr.Parse(wp.Size),
+		InstanceTypes:  wp.InstanceTypes,
+		ImageID:        "ami-0123456789abcdef0",
+		RootVolumeGiB:  int32(wp.EBSGiBPerNode),
+		ActiveDuration: &metav1.Duration{Duration: wp.ActiveDuration.Duration},
+		Handoff:        v1alpha1.HandoffPolicy(wp.Handoff),
+		AfterUse:       v1alpha1.AfterUsePolicy(wp.AfterUse),
+		PrePull:        v1alpha1.PrePull{Policy: v1alpha1.PrePullAuto},
+	}
+}
+
+// writeValues writes chart values as YAML (through JSON, so API types keep their field names).
+func writeValues(path string, values map[string]any) error {
+	b, err := yaml.Marshal(values)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return err
-	}
-	if err := c.ApplyYAML(ctx, string(b)); err != nil {
-		return fmt.Errorf("create WarmPool: %w", err)
-	}
-	return nil
+	header := "# Chart values `lifeboat sim` installed charts/lifeboat with, written from the scenario.\n"
+	return os.WriteFile(path, append([]byte(header), b...), 0o644)
 }
 
 // waitStandby waits until the pool has its standby nodes (launched, pre-pulled, hibernated).

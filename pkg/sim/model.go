@@ -97,7 +97,10 @@ func clusterOptions(s *scenario.Scenario) localcluster.Options {
 	return localcluster.Options{
 		Karpenter:     true,
 		InstanceTypes: instanceTypes(s),
-		DelaySeed:     s.Seed,
+		// Lifeboat mode installs the chart: the apiserver reaches the local webhook process
+		// through the chart's Service (pkg/localcluster/release). Set in both modes alike.
+		ExtraAPIServerFlags: []string{"--enable-aggregator-routing=true"},
+		DelaySeed:           s.Seed,
 		NodeBootDelays: []localcluster.DelayRule{
 			{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: t.KarpenterBoot.Mean.Duration, Jitter: t.KarpenterBoot.Jitter.Duration},
 		},

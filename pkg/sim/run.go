@@ -137,7 +137,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 		if opts.Lifeboat == nil {
 			return nil, fmt.Errorf("lifeboat mode needs Lifeboat's binaries; build them with `make build`")
 		}
-		progress(opts, mode, began, "installing Lifeboat (webhook, scheduler, controller, AWS emulator, WarmPool %q)", WarmPoolName)
+		progress(opts, mode, began, "installing Lifeboat with helm (charts/lifeboat, values in %s; the AWS emulator stands in for AWS)", filepath.Join(runDir, "lifeboat-values.yaml"))
 		if notifier, err = opts.Lifeboat.Install(ctx, c, s, runDir); err != nil {
 			return nil, fmt.Errorf("install Lifeboat: %w", err)
 		}

@@ -44,7 +44,7 @@ func Up(ctx context.Context, s *scenario.Scenario, installer *LifeboatInstaller,
 		return err
 	}
 	defer c.Stop()
-	fmt.Fprintf(progress, "installing Lifeboat and the warm pool of scenario %s\n", s.Name)
+	fmt.Fprintf(progress, "installing Lifeboat with helm (charts/lifeboat, values in %s) and the warm pool of scenario %s\n", filepath.Join(runDir, "lifeboat-values.yaml"), s.Name)
 	if _, err := installer.Install(ctx, c, s, runDir); err != nil {
 		return err
 	}

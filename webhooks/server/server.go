@@ -122,6 +122,12 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 		defer os.RemoveAll(certDir)
+	} else if o.SelfManagedTLS {
+		// The rotator writes tls.crt and tls.key there: a directory that does not exist yet
+		// would leave the webhook without a certificate, never Ready.
+		if err := os.MkdirAll(certDir, 0o700); err != nil {
+			return fmt.Errorf("--tls-cert-dir %s: %w", certDir, err)
+		}
 	}
 	mgr, certs, err := newManager(restConfig, o, certDir, logger)
 	if err != nil {

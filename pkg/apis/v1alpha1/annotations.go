@@ -49,6 +49,14 @@ const (
 	// go. The time is the hard deadline: past it the webhook lets every eviction through, so a
 	// crashed controller can never leave a hold on. Written by the bridge controller.
 	AnnotationEvictionHold = Group + "/eviction-hold"
+	// AnnotationKarpenterDoNotDisrupt is Karpenter's karpenter.sh/do-not-disrupt. The bridge
+	// pairs a hold with it, as a duration that ends at the hold's deadline (Karpenter v1.15
+	// counts it from the Pod's start), so Karpenter's eviction queue waits without calling the
+	// Eviction API for a held Pod (docs/WARMPOOL.md "Bridge").
+	AnnotationKarpenterDoNotDisrupt = "karpenter.sh/do-not-disrupt"
+	// AnnotationDoNotDisruptByLifeboat on a Pod: "true" when the bridge wrote its
+	// karpenter.sh/do-not-disrupt (and removes it on release); a user's own is never touched.
+	AnnotationDoNotDisruptByLifeboat = Group + "/do-not-disrupt-by-lifeboat"
 	// AnnotationBridgeSurge on a Deployment: JSON of the bridge surges in progress
 	// ({"base":R,"nodes":{"<interrupted node>":n}}): replicas were raised by n for the n held Pods
 	// on that node, and go back by n once those Pods are gone.

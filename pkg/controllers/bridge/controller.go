@@ -327,9 +327,10 @@ func cutKey(key string) (string, string, bool) {
 	return "", key, false
 }
 
-// setHold writes the Pod's hold annotation (a merge patch: nothing else of the Pod changes).
+// setHold writes the Pod's hold annotation, paired with Karpenter's do-not-disrupt
+// (policy.HoldAnnotations; a merge patch: nothing else of the Pod changes).
 func (c *Controller) setHold(ctx context.Context, p *corev1.Pod, value string) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationEvictionHold: value}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": policy.HoldAnnotations(p, value)}})
 	if err := c.client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("write the eviction hold of %s/%s: %w", p.Namespace, p.Name, err)
 	}

@@ -247,15 +247,14 @@ table.figures th,table.figures td{border:1px solid #ddd;padding:3px 6px;text-ali
 table.figures th:nth-child(-n+2),table.figures td:nth-child(-n+2){text-align:left}
 .worse{color:#c0392b;font-weight:bold}</style></head><body>
 <h1>Lifeboat simulation — {{.Report.Scenario}}</h1>
+{{if .Outcome}}<h2>Outcome</h2><ul>{{range .Outcome}}<li{{if .Worse}} class="worse"{{end}}>{{.Text}}</li>{{end}}</ul>{{end}}
 <p>Modes: {{range $i, $m := .Modes}}{{if $i}}, {{end}}{{$m}}{{end}}. Generated {{.Report.Generated.Format "2006-01-02 15:04:05 MST"}}.</p>
 {{if .Report.Shortened}}<p>Shortened for the demo:</p><ul>{{range .Report.Shortened}}<li>{{.}}</li>{{end}}</ul>{{end}}
-{{if .Outcome}}<h2>Outcome</h2><ul>{{range .Outcome}}<li{{if .Worse}} class="worse"{{end}}>{{.Text}}</li>{{end}}</ul>{{end}}
 <h2>Workloads</h2>
 <p>After the first notice. Replica-seconds lost: desired − ready replicas, summed over the seconds with fewer ready than desired.{{if .Outcome}} In red: worse with Lifeboat than with Karpenter alone.{{end}}</p>
 <table class="figures"><tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td{{if .Worse}} class="worse"{{end}}>{{.Text}}</td>{{end}}</tr>
 {{end}}</table>
-<h2>Summary</h2><pre>{{.Table}}</pre>
 <h2>Ready replicas per workload</h2>
 {{range .Workloads}}<h3>{{.Name}}</h3>{{.Chart}}{{end}}
 <h2>Nodes by kind</h2>
@@ -263,5 +262,6 @@ table.figures th:nth-child(-n+2),table.figures td:nth-child(-n+2){text-align:lef
 <h2>Spot savings rate</h2>
 <p>1 − price of the running nodes / their On-Demand price, every second.</p>
 {{.Savings}}
+<h2>Summary as text</h2><p>What <code>lifeboat sim run</code> printed.</p><pre>{{.Table}}</pre>
 </body></html>
 `))

@@ -31,6 +31,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/assess/assesstest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cli"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/sim"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
 )
 
@@ -307,6 +308,7 @@ func TestFleet(t *testing.T) {
 	if len(s.Workloads) == 0 || s.WarmPool == nil || len(s.Events) != 1 {
 		t.Errorf("scenario: %d workloads, warm pool %v, %d events", len(s.Workloads), s.WarmPool, len(s.Events))
 	}
+	t.Run("the scenario runs in the simulation with both modes", func(t *testing.T) { runFleetScenario(t, s) })
 
 	// The table tells the same story as the JSON.
 	table, _, err := runCLI(t, "assess", "--kubeconfig", kc)
@@ -404,4 +406,75 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+// runFleetScenario plays the scenario assess wrote, compressed as the end-to-end scenarios are
+// (pkg/sim/testdata/monday-reclaim-compressed.yaml: a 45 s notice, a 40 s Karpenter boot),
+// with Karpenter alone and with Lifeboat installed through the chart, and checks that both
+// modes complete and report every workload of the fleet, and that Lifeboat kills no more Pods
+// at the reclaim than Karpenter alone. The other figures are logged (report.Worse): one run of
+// a fleet this small moves them by seconds either way.
+func runFleetScenario(t *testing.T, s *scenario.Scenario) {
+	compress(s)
+	if errs := s.Validate(); len(errs) > 0 {
+		t.Fatalf("the compressed scenario does not validate: %v", errs)
+	}
+	binDir := localcluster.DefaultBinDir()
+	installer, err := sim.NewLifeboatInstaller(binDir)
+	if err != nil {
+		t.Fatalf("%v (make test builds them)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	rep, _, err := sim.Run(ctx, s, sim.Options{BinDir: binDir, OutDir: out, Lifeboat: installer, Parallel: true, Progress: logWriter{t}})
+	if err != nil {
+		t.Fatalf("sim run of the fleet's scenario: %v (component logs under %s)", err, out)
+	}
+	t.Logf("\n%s", rep.String())
+	base, lb := rep.Modes[string(scenario.ModeBaseline)], rep.Modes[string(scenario.ModeLifeboat)]
+	if base == nil || lb == nil {
+		t.Fatalf("modes reported: %v, want baseline and lifeboat", rep.ModeNames())
+	}
+	for _, w := range s.Workloads {
+		key := w.Namespace + "/" + w.Name
+		b, l := base.Workloads[key], lb.Workloads[key]
+		if b == nil || l == nil {
+			t.Errorf("workload %s missing from the report (baseline %v, lifeboat %v)", key, b != nil, l != nil)
+			continue
+		}
+		if l.PodsKilledAtReclaim > b.PodsKilledAtReclaim {
+			t.Errorf("%s: %d Pods killed at the reclaim with Lifeboat, %d with Karpenter alone", key, l.PodsKilledAtReclaim, b.PodsKilledAtReclaim)
+		}
+	}
+	for _, r := range rep.Worse() {
+		t.Logf("regression check: %s %s %.1f with Lifeboat, %.1f with Karpenter alone", r.Workload, r.Metric, r.Lifeboat, r.Baseline)
+	}
+}
+
+// compress shortens a scenario's clock as monday-reclaim-compressed does.
+func compress(s *scenario.Scenario) {
+	d := func(v time.Duration) scenario.Duration { return scenario.Duration{Duration: v} }
+	s.Duration = d(4 * time.Minute)
+	s.Modes = []scenario.Mode{scenario.ModeBaseline, scenario.ModeLifeboat}
+	s.Timing = scenario.Timing{
+		Notice:          d(45 * time.Second),
+		KarpenterBoot:   scenario.Dist{Mean: d(40 * time.Second), Jitter: d(4 * time.Second)},
+		LifeboatResume:  scenario.Dist{Mean: d(8 * time.Second), Jitter: d(time.Second)},
+		ImagePullCold:   scenario.Dist{Mean: d(8 * time.Second), Jitter: d(2 * time.Second)},
+		ImagePullCached: scenario.Dist{Mean: d(time.Second)},
+		AppStart:        scenario.Dist{Mean: d(2 * time.Second)},
+	}
+	s.WarmPool.ActiveDuration = d(60 * time.Second)
+	for i := range s.Events {
+		s.Events[i].At, s.Events[i].Spread = d(20*time.Second), d(20*time.Second)
+	}
+	s.Shortened = append(s.Shortened, "compressed for make test: notice 45s (AWS: 120s), karpenterBoot 40s, activeDuration 60s")
+}
+
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

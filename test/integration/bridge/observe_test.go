@@ -36,6 +36,11 @@ type podHistory struct {
 	gone           bool
 	// readyOn is the node the Pod was first seen Ready on.
 	readyOn string
+	// doNotDisrupt: every write of a hold deadline came with Lifeboat's
+	// karpenter.sh/do-not-disrupt ending at the deadline (policy.HoldAnnotations); unpaired
+	// says how one did not, "" when all did.
+	paired   int
+	unpaired string
 }
 
 // recorder watches Pods and keeps every Pod's history. Watch events of one object arrive in
@@ -109,6 +114,13 @@ func (r *recorder) observe(typ watch.EventType, p *corev1.Pod) {
 	if len(h.holds) == 0 || h.holds[len(h.holds)-1] != hold {
 		h.holds = append(h.holds, hold)
 	}
+	if until, err := time.Parse(time.RFC3339Nano, hold); err == nil && h.unpaired == "" {
+		if msg := doNotDisruptMismatch(p, until); msg != "" {
+			h.unpaired = msg
+		} else {
+			h.paired++
+		}
+	}
 	if !h.evicted && evictedByAPI(p) {
 		h.evicted, h.holdAtEviction, h.evictedAt = true, hold, now
 	}
@@ -119,6 +131,24 @@ func (r *recorder) observe(typ watch.EventType, p *corev1.Pod) {
 	if typ == watch.Deleted {
 		h.gone = true
 	}
+}
+
+// doNotDisruptMismatch: why p's karpenter.sh/do-not-disrupt does not end at the hold's
+// deadline (Karpenter counts the duration from the Pod's start), "" when it does.
+func doNotDisruptMismatch(p *corev1.Pod, until time.Time) string {
+	raw := p.Annotations[v1alpha1.AnnotationKarpenterDoNotDisrupt]
+	d, err := time.ParseDuration(raw)
+	switch {
+	case p.Annotations[v1alpha1.AnnotationDoNotDisruptByLifeboat] != "true" || err != nil:
+		return fmt.Sprintf("%s held until %s without Lifeboat's do-not-disrupt (%q)", p.Name, until.Format(time.StampMilli), raw)
+	case p.Status.StartTime == nil:
+		return p.Name + " has a do-not-disrupt duration but no start time"
+	}
+	end := p.Status.StartTime.Add(d)
+	if end.Before(until) || end.After(until.Add(time.Second)) {
+		return fmt.Sprintf("%s: do-not-disrupt %s from its start ends at %s, the hold at %s", p.Name, raw, end.Format(time.StampMilli), until.Format(time.StampMilli))
+	}
+	return ""
 }
 
 // evictedByAPI: the Eviction API's DisruptionTarget condition.

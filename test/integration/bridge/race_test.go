@@ -95,6 +95,11 @@ func (e *env) raceRound(t *testing.T) {
 		if v := holdViolation(h, false); v != "" {
 			t.Error(v)
 		}
+		// Karpenter's eviction queue waits on do-not-disrupt instead of retrying refused
+		// evictions against the API server.
+		if h.unpaired != "" {
+			t.Error(h.unpaired)
+		}
 		for _, v := range h.holds {
 			if v != "" && v != v1alpha1.EvictionHoldReleased {
 				held++

@@ -25,8 +25,8 @@ import (
 )
 
 const (
-	release   = "lifeboat"
-	namespace = "lifeboat-system"
+	releaseName = "lifeboat"
+	namespace   = "lifeboat-system"
 )
 
 func repoRoot(t testing.TB) string {
@@ -92,7 +92,7 @@ func exampleValues(t testing.TB) []string {
 // render runs helm template and decodes every object.
 func render(t testing.TB, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out := run(t, tool(t, "helm"), append([]string{"template", release, chartDir(t), "--namespace", namespace}, args...)...)
+	out := run(t, tool(t, "helm"), append([]string{"template", releaseName, chartDir(t), "--namespace", namespace}, args...)...)
 	return decode(t, out)
 }
 
@@ -194,7 +194,7 @@ func TestTemplateExamples(t *testing.T) {
 			{"--set", "webhook.tls.mode=secret"},
 			{"--set", "scheduler.name=other"},
 		} {
-			if _, err := runErr(helm, append([]string{"template", release, chartDir(t)}, args...)...); err == nil {
+			if _, err := runErr(helm, append([]string{"template", releaseName, chartDir(t)}, args...)...); err == nil {
 				t.Errorf("helm template %v succeeded, want an error", args)
 			}
 		}
