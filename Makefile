@@ -79,7 +79,7 @@ verify: $(CHART_TOOLS_STAMP) ## gofmt, go vet, go mod tidy and generated code le
 	@bad=$$(go list -deps ./cmd/... | grep -E '^testing$$|^github.com/lifeboat-k8s/lifeboat/(test/|.*test$$)' || true); \
 	  if [ -n "$$bad" ]; then echo "the shipped binaries link test code (keep test helpers in *test packages imported only by _test.go files):"; echo "$$bad"; exit 1; fi
 	bash hack/generate.sh
-	@git diff --exit-code -- manifests/crds pkg/apis || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- manifests/crds pkg/apis plugins/apis || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	go run ./hack/chartgen -verify -helm $(HELM)
 	@cp go.mod /tmp/lifeboat.go.mod.bak; cp go.sum /tmp/lifeboat.go.sum.bak; go mod tidy; \
 	  if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changed go.mod/go.sum:"; git diff -- go.mod go.sum; \

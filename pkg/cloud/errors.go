@@ -22,6 +22,9 @@ var (
 	// ErrHibernationUnsupported: the instance cannot hibernate (not configured at launch, or the
 	// prerequisites are not met). Replace it.
 	ErrHibernationUnsupported = errors.New("hibernation unsupported")
+	// ErrUnauthorized: the controller's IAM role may not make the call (UnauthorizedOperation).
+	// Retrying does not help; the error's text names the missing permission.
+	ErrUnauthorized = errors.New("not authorized")
 )
 
 // EC2 error codes Lifeboat reacts to.
@@ -34,6 +37,7 @@ const (
 	CodeIdempotentParameterMismatch  = "IdempotentParameterMismatch"
 	CodeUnsupportedHibernation       = "UnsupportedHibernationConfiguration"
 	CodeRequestLimitExceeded         = "RequestLimitExceeded"
+	CodeUnauthorizedOperation        = "UnauthorizedOperation"
 )
 
 // ErrorCode returns the AWS error code in err's chain, or "".

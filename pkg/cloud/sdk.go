@@ -3,7 +3,8 @@
 // The SDK boundary is a pair of small interfaces in the SDK's own signatures (EC2API, SQSAPI), so
 // that *ec2.Client and *sqs.Client satisfy them unchanged, as karpenter-provider-aws does in
 // pkg/aws/sdk.go. On top of it, Instances is the warm pool's view of EC2: launch with hibernation
-// configured, hibernate, resume, terminate and list the instances of a pool. The interruption
+// configured, hibernate, resume, terminate and list the instances of a pool; PlacementScorer
+// probes Spot capacity with GetSpotPlacementScores (the reclaim-back probe). The interruption
 // messages (EventBridge events delivered through Lifeboat's own SQS queue) live in the
 // interruption subpackage; client construction with endpoint overrides and the retryer in
 // awsclient; the wire-level emulator used by tests and `lifeboat sim` in awsemu.
@@ -24,6 +25,7 @@ type EC2API interface {
 	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, optFns ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 	CreateTags(ctx context.Context, in *ec2.CreateTagsInput, optFns ...func(*ec2.Options)) (*ec2.CreateTagsOutput, error)
+	GetSpotPlacementScores(ctx context.Context, in *ec2.GetSpotPlacementScoresInput, optFns ...func(*ec2.Options)) (*ec2.GetSpotPlacementScoresOutput, error)
 }
 
 // SQSAPI is the subset of the SQS API Lifeboat calls.

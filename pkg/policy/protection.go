@@ -40,34 +40,33 @@ func (c Config) ResolveProtection(namespace string, namespaceLabels, workloadLab
 		return Protection{Reason: fmt.Sprintf("namespace %s is never touched by Lifeboat", namespace)}
 	}
 	var p Protection
-	if v, ok := workloadLabels[v1alpha1.LabelSpot]; ok {
-		switch v {
-		case v1alpha1.SpotOff:
-			p.Reason = "workload label " + v1alpha1.LabelSpot + "=off"
-			return p
-		case v1alpha1.SpotProtected:
-			p.Protected = true
-			p.Reason = "workload label " + v1alpha1.LabelSpot + "=protected"
-			return p
-		default:
-			p.Warnings = append(p.Warnings, unknownSpotValue("workload", v))
-		}
-	}
-	if v, ok := namespaceLabels[v1alpha1.LabelSpot]; ok {
-		switch v {
-		case v1alpha1.SpotOff:
-			p.Reason = "namespace label " + v1alpha1.LabelSpot + "=off"
-			return p
-		case v1alpha1.SpotProtected:
-			p.Protected = true
-			p.Reason = "namespace label " + v1alpha1.LabelSpot + "=protected"
-			return p
-		default:
-			p.Warnings = append(p.Warnings, unknownSpotValue("namespace", v))
-		}
+	if p.decideBy("workload", workloadLabels) || p.decideBy("namespace", namespaceLabels) {
+		return p
 	}
 	p.Reason = "no " + v1alpha1.LabelSpot + " label on the workload or its namespace"
 	return p
+}
+
+// decideBy applies the lifeboat.dev/spot label of labels, those of the workload or namespace
+// (where): "off" and "protected" decide, with the reason, and it reports true; an unknown
+// value adds a warning, and it reports false, as without the label.
+func (p *Protection) decideBy(where string, labels map[string]string) bool {
+	v, ok := labels[v1alpha1.LabelSpot]
+	if !ok {
+		return false
+	}
+	switch v {
+	case v1alpha1.SpotOff:
+		p.Reason = where + " label " + v1alpha1.LabelSpot + "=off"
+		return true
+	case v1alpha1.SpotProtected:
+		p.Protected = true
+		p.Reason = where + " label " + v1alpha1.LabelSpot + "=protected"
+		return true
+	default:
+		p.Warnings = append(p.Warnings, unknownSpotValue(where, v))
+		return false
+	}
 }
 
 func unknownSpotValue(where, v string) string {

@@ -185,7 +185,7 @@ func NodesFor(items []Item, shape Resources) int {
 
 // AutoSize is size "auto": enough nodes of the pool's shape to hold the protected Pods of the
 // largest capacity pool (instance type × zone × capacity type) — EC2 reclaims a capacity pool
-// together (FACTS.md: co-interruptions within 3 minutes in >92% of events). podsByCapacityPool
+// together (docs/FACTS.md: co-interruptions within 3 minutes in >92% of events). podsByCapacityPool
 // holds only Spot capacity pools (On-Demand is not interrupted). The result is capped by max.
 // It returns the size and the capacity pool it covers.
 func AutoSize(podsByCapacityPool map[string][]Item, shape Resources, max int) (int, string) {

@@ -36,6 +36,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
+	"github.com/lifeboat-k8s/lifeboat/plugins/internal/cyclestate"
 )
 
 const (
@@ -238,13 +239,9 @@ func decayedInterruptions(stats telemetry.PoolStats, now time.Time, halfLife tim
 
 // Score returns the load of the node's pool, scaled to an integer (lower is better).
 func (pl *CapacityPoolSpread) Score(_ context.Context, cycleState fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	c, err := cycleState.Read(preScoreStateKey)
-	if err != nil {
-		return 0, fwk.AsStatus(fmt.Errorf("reading %q from cycleState: %w", preScoreStateKey, err))
-	}
-	s, ok := c.(*preScoreState)
-	if !ok {
-		return 0, fwk.AsStatus(fmt.Errorf("%+v is not a %s preScoreState", c, Name))
+	s, status := cyclestate.Read[*preScoreState](cycleState, preScoreStateKey, Name)
+	if status != nil {
+		return 0, status
 	}
 	load := s.load(poolOf(nodeInfo.Node()))
 	return int64(math.Round(load * loadScale)), nil

@@ -16,9 +16,10 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
+	"github.com/lifeboat-k8s/lifeboat/plugins/internal/cyclestate"
 )
 
-// A Spot reclaim takes many nodes of one capacity pool within minutes (FACTS.md). While one
+// A Spot reclaim takes many nodes of one capacity pool within minutes (docs/FACTS.md). While one
 // node of a pool has its notice, the pool's other nodes are the likeliest to get the next
 // ones: a protected Pod placed there now is evicted again within the burst, and every extra
 // eviction of a Job's Pod doubles the Job's re-creation back-off. So while a lifeboat node
@@ -281,23 +282,15 @@ func keptOff(state fwk.CycleState, node *v1.Node) bool {
 	if node.Labels[v1alpha1.LabelCapacityType] != policy.CapacitySpot || IsPoolNode(node) {
 		return false
 	}
-	c, err := state.Read(reclaimWaitStateKey)
-	if err != nil {
-		return false
-	}
-	w, ok := c.(*reclaimWait)
-	return ok && w.pools.Has(telemetry.PoolKeyFromLabels(node.Labels))
+	w, status := cyclestate.Read[*reclaimWait](state, reclaimWaitStateKey, Name)
+	return status == nil && w.pools.Has(telemetry.PoolKeyFromLabels(node.Labels))
 }
 
 // retryAfterWait requeues the Pod when its wait ends, in case the lifeboat never turns Ready
 // (a resume that failed): then the pools being reclaimed are candidates again.
 func (pl *LifeboatPlacement) retryAfterWait(logger klog.Logger, state fwk.CycleState, pod *v1.Pod) bool {
-	c, err := state.Read(reclaimWaitStateKey)
-	if err != nil {
-		return false
-	}
-	w, ok := c.(*reclaimWait)
-	if !ok {
+	w, status := cyclestate.Read[*reclaimWait](state, reclaimWaitStateKey, Name)
+	if status != nil {
 		return false
 	}
 	delay := w.until.Sub(pl.clock.Now())

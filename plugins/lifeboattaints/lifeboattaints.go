@@ -11,7 +11,6 @@ package lifeboattaints
 
 import (
 	"context"
-	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,6 +27,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
+	"github.com/lifeboat-k8s/lifeboat/plugins/internal/cyclestate"
 )
 
 const (
@@ -188,13 +188,9 @@ func (pl *LifeboatTaints) PreScore(_ context.Context, cycleState fwk.CycleState,
 
 // Score counts the node's untolerated PreferNoSchedule taints (fewer is better, see NormalizeScore).
 func (pl *LifeboatTaints) Score(ctx context.Context, cycleState fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	c, err := cycleState.Read(preScoreStateKey)
-	if err != nil {
-		return 0, fwk.AsStatus(fmt.Errorf("reading %q from cycleState: %w", preScoreStateKey, err))
-	}
-	s, ok := c.(*preScoreState)
-	if !ok {
-		return 0, fwk.AsStatus(fmt.Errorf("%+v is not a %s preScoreState", c, Name))
+	s, status := cyclestate.Read[*preScoreState](cycleState, preScoreStateKey, Name)
+	if status != nil {
+		return 0, status
 	}
 	logger := klog.FromContext(ctx)
 	var intolerable int64

@@ -76,11 +76,14 @@ type tokenRecord struct {
 type ec2State struct {
 	instances map[string]*instance
 	tokens    map[string]tokenRecord
+	// placementScores are the Spot placement scores set by SetPlacementScore (placement.go).
+	placementScores map[placementKey]int
 }
 
 func (s *ec2State) init() {
 	s.instances = map[string]*instance{}
 	s.tokens = map[string]tokenRecord{}
+	s.placementScores = map[placementKey]int{}
 }
 
 // ec2Error is an EC2 API error response.
@@ -177,6 +180,8 @@ var ec2Actions = map[string]func(e *Emulator, form url.Values) (any, *ec2Error){
 	"StopInstances":      (*Emulator).stopInstancesLocked,
 	"TerminateInstances": (*Emulator).terminateInstancesLocked,
 	"CreateTags":         (*Emulator).createTagsLocked,
+	// Spot placement scores: placement.go.
+	"GetSpotPlacementScores": (*Emulator).getSpotPlacementScoresLocked,
 }
 
 // ec2ActionLocked runs one EC2 action.

@@ -26,7 +26,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Delays of the state machine. The defaults model a real node (FACTS.md): a cold launch reaches
+// Delays of the state machine. The defaults model a real node (docs/FACTS.md): a cold launch reaches
 // SSH in ~26 s and a hibernated m7i.large resumes in ~21 s (brevdev/ec2-coldboot-research);
 // a pre-warmed stopped node is Ready in ~20 s (stratos-sh docs).
 type Delays struct {

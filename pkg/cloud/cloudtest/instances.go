@@ -1,5 +1,6 @@
-// Package cloudtest is the in-memory cloud.Instances of the controllers' unit tests. It is
-// imported by _test files only (make verify checks that no shipped binary links it).
+// Package cloudtest is the in-memory cloud.Instances (and cloud.PlacementScorer) of the
+// controllers' unit tests. It is imported by _test files only (make verify checks that no
+// shipped binary links it).
 package cloudtest
 
 import (

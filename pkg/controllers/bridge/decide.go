@@ -34,7 +34,7 @@ type Options struct {
 	Margin time.Duration
 	// ResumeTimeout: when no lifeboat of an interrupted node is Ready this long after the
 	// notice, its holds are released so the drain proceeds as without Lifeboat (a resume takes
-	// ~20 s; FACTS.md).
+	// ~20 s; docs/FACTS.md).
 	ResumeTimeout time.Duration
 	// Poll is the requeue period while a bridge is in progress.
 	Poll time.Duration

@@ -86,9 +86,9 @@ type InstanceType struct {
 type Timing struct {
 	// NoticeSeconds is the Spot notice (AWS: 120 s).
 	Notice Duration `yaml:"notice"`
-	// KarpenterBoot: NodeClaim launch → Node Ready (FACTS: 30–40 s typical, up to 80 s).
+	// KarpenterBoot: NodeClaim launch → Node Ready (docs/FACTS.md: 30–40 s typical, up to 80 s).
 	KarpenterBoot Dist `yaml:"karpenterBoot"`
-	// LifeboatResume: StartInstances → Node Ready for a hibernated node (FACTS: ~20 s).
+	// LifeboatResume: StartInstances → Node Ready for a hibernated node (docs/FACTS.md: ~20 s).
 	LifeboatResume Dist `yaml:"lifeboatResume"`
 	// ImagePullCold on a fresh node; ImagePullCached on a pre-warmed one.
 	ImagePullCold   Dist `yaml:"imagePullCold"`

@@ -4,6 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// +kubebuilder:object:root=true
+
 // LifeboatTaintsArgs configures the LifeboatTaints filter.
 type LifeboatTaintsArgs struct {
 	metav1.TypeMeta
@@ -17,6 +19,8 @@ type LifeboatTaintsArgs struct {
 	ReservedTaintKeys []string
 }
 
+// +kubebuilder:object:root=true
+
 // LifeboatPlacementArgs configures the LifeboatPlacement filter and score.
 type LifeboatPlacementArgs struct {
 	metav1.TypeMeta
@@ -29,6 +33,8 @@ type LifeboatPlacementArgs struct {
 	// reclaimed. Zero disables the wait.
 	ReclaimedPoolWait metav1.Duration
 }
+
+// +kubebuilder:object:root=true
 
 // CapacityPoolSpreadArgs configures the CapacityPoolSpread score.
 type CapacityPoolSpreadArgs struct {

@@ -15,10 +15,10 @@ const (
 	// DefaultHotPoolPenalty: one interruption in the recent past costs a pool one replica.
 	DefaultHotPoolPenalty int32 = 1
 	// DefaultHotPoolHalfLife: correlated reclaims of one pool cluster within minutes (>92% of
-	// co-interruptions within 3 min, FACTS.md), so the signal should fade within the hour.
+	// co-interruptions within 3 min, docs/FACTS.md), so the signal should fade within the hour.
 	DefaultHotPoolHalfLife = 10 * time.Minute
 	// DefaultReclaimedPoolWait: a hibernated lifeboat is Ready ~20 s after its start request
-	// (FACTS.md); 60 s covers a slow resume and ends well inside the 120 s notice.
+	// (docs/FACTS.md); 60 s covers a slow resume and ends well inside the 120 s notice.
 	DefaultReclaimedPoolWait = 60 * time.Second
 )
 

@@ -1,3 +1,5 @@
+// +kubebuilder:object:generate=true
+
 // Package v1 is the wire form of Lifeboat's scheduler plugin args in a KubeSchedulerConfiguration
 // (apiVersion kubescheduler.config.k8s.io/v1), with defaults and conversion to package config.
 //

@@ -4,6 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// +kubebuilder:object:root=true
+
 // LifeboatTaintsArgs configures the LifeboatTaints filter.
 type LifeboatTaintsArgs struct {
 	metav1.TypeMeta `json:",inline"`
@@ -15,6 +17,8 @@ type LifeboatTaintsArgs struct {
 	// Default: [lifeboat.dev/lifeboat, lifeboat.dev/standby].
 	ReservedTaintKeys []string `json:"reservedTaintKeys,omitempty"`
 }
+
+// +kubebuilder:object:root=true
 
 // LifeboatPlacementArgs configures the LifeboatPlacement filter and score.
 type LifeboatPlacementArgs struct {
@@ -28,6 +32,8 @@ type LifeboatPlacementArgs struct {
 	// (one of whose nodes carries lifeboat.dev/interrupted). "0s" disables it. Default: 60s.
 	ReclaimedPoolWait *metav1.Duration `json:"reclaimedPoolWait,omitempty"`
 }
+
+// +kubebuilder:object:root=true
 
 // CapacityPoolSpreadArgs configures the CapacityPoolSpread score.
 type CapacityPoolSpreadArgs struct {
