@@ -11,9 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 )
 
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -23,28 +24,16 @@ func testPrices() *PriceTable {
 		OnDemand: map[string]float64{"m5.large": 0.1, "m5.xlarge": 0.2}, Spot: map[string]float64{"m5.xlarge": 0.05}}
 }
 
+// testNode is a node in us-east-1a of the instance and capacity types (no label for ""), with
+// cpu, mem and 29 pods.
 func testNode(name, typ, capacity, cpu, mem string) corev1.Node {
-	l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourcePods: resource.MustParse("29")}
-	labels := map[string]string{"topology.kubernetes.io/zone": "us-east-1a"}
-	if typ != "" {
-		labels["node.kubernetes.io/instance-type"] = typ
-	}
-	if capacity != "" {
-		labels["karpenter.sh/capacity-type"] = capacity
-	}
-	return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Status: corev1.NodeStatus{Allocatable: l, Capacity: l}}
+	return *buildtest.Node(name, buildtest.Zone("us-east-1a"), buildtest.InstanceType(typ), buildtest.CapacityType(capacity),
+		buildtest.Capacity(cpu, mem, "29"))
 }
 
+// testPod is the Pod ns/name on node with one container requesting cpu and mem (none for "").
 func testPod(ns, name, node, cpu, mem string) corev1.Pod {
-	req := corev1.ResourceList{}
-	if cpu != "" {
-		req[corev1.ResourceCPU] = resource.MustParse(cpu)
-	}
-	if mem != "" {
-		req[corev1.ResourceMemory] = resource.MustParse(mem)
-	}
-	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: req}}}}}
+	return *buildtest.Pod(ns, name, buildtest.OnNode(node), buildtest.Requests(cpu, mem))
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 0.011 }

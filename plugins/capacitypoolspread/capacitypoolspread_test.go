@@ -25,7 +25,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
@@ -44,9 +44,9 @@ var (
 	poolC = testPool{"c5.large", "us-east-1a", "spot"}
 )
 
+// makeNode is a node of the capacity pool p.
 func makeNode(name string, p testPool) *v1.Node {
-	return st.MakeNode().Name(name).
-		Label(v1alpha1.LabelInstanceType, p.typ).Label(v1alpha1.LabelZone, p.zone).Label(v1alpha1.LabelCapacityType, p.capacity).Obj()
+	return buildtest.Node(name, buildtest.InstanceType(p.typ), buildtest.Zone(p.zone), buildtest.CapacityType(p.capacity))
 }
 
 func replica(name, namespace string, owner types.UID, nodeName string) *v1.Pod {

@@ -22,6 +22,7 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
 )
@@ -31,12 +32,16 @@ var (
 	interrupted = v1.Taint{Key: v1alpha1.TaintInterrupted, Effect: v1.TaintEffectNoSchedule}
 )
 
+// stPods is the 32 pods of capacity the scheduler's test wrappers (st.MakeNode) give a node.
+var stPods = buildtest.Capacity("", "", "32")
+
+// poolNode is a node of pool-a in state, with taints.
 func poolNode(name string, state v1alpha1.NodeState, taints ...v1.Taint) *v1.Node {
-	return st.MakeNode().Name(name).Label(v1alpha1.LabelPool, "pool-a").Label(v1alpha1.LabelState, string(state)).Taints(taints).Obj()
+	return buildtest.Node(name, buildtest.Pool("pool-a", state), stPods, buildtest.Taints(taints...))
 }
 
 func ordinaryNode(name string, taints ...v1.Taint) *v1.Node {
-	return st.MakeNode().Name(name).Taints(taints).Obj()
+	return buildtest.Node(name, stPods, buildtest.Taints(taints...))
 }
 
 var (

@@ -18,6 +18,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 )
 
@@ -29,13 +30,13 @@ func lifeboatNode(name string, state v1alpha1.NodeState, capacity map[v1.Resourc
 	if capacity == nil {
 		capacity = map[v1.ResourceName]string{v1.ResourceCPU: "4", v1.ResourceMemory: "16Gi"}
 	}
-	return st.MakeNode().Name(name).Label(v1alpha1.LabelPool, "pool-a").Label(v1alpha1.LabelState, string(state)).
-		Capacity(capacity).Taints(append([]v1.Taint{lifeboatTaint}, taints...)).Obj()
+	return buildtest.Node(name, buildtest.Pool("pool-a", state), stPods, buildtest.Resources(capacity),
+		buildtest.Taints(append([]v1.Taint{lifeboatTaint}, taints...)...))
 }
 
+// bigNode is an ordinary Spot node of 64 CPU and 256 Gi.
 func bigNode(name string) *v1.Node {
-	return st.MakeNode().Name(name).Label(v1alpha1.LabelCapacityType, "spot").
-		Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi"}).Obj()
+	return buildtest.Node(name, buildtest.CapacityType(buildtest.Spot), buildtest.Capacity("64", "256Gi", "32"))
 }
 
 func protectedPod(name string) *st.PodWrapper {

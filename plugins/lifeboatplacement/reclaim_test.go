@@ -15,6 +15,7 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 )
@@ -23,9 +24,8 @@ var reclaimNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 // spotNodeIn is an ordinary Spot node of the capacity pool c5.large in zone, 2 CPU.
 func spotNodeIn(name, zone string, taints ...v1.Taint) *v1.Node {
-	return st.MakeNode().Name(name).Label(v1alpha1.LabelCapacityType, "spot").
-		Label(v1alpha1.LabelInstanceType, "c5.large").Label(v1alpha1.LabelZone, zone).
-		Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "2", v1.ResourceMemory: "4Gi"}).Taints(taints).Obj()
+	return buildtest.Node(name, buildtest.CapacityType(buildtest.Spot), buildtest.InstanceType("c5.large"), buildtest.Zone(zone),
+		buildtest.Capacity("2", "4Gi", "32"), buildtest.Taints(taints...))
 }
 
 // resumingLifeboat is an active pool node asked to start `ago` before reclaimNow, still

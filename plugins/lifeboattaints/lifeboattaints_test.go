@@ -12,9 +12,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	st "k8s.io/kubernetes/pkg/scheduler/testing"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
@@ -33,15 +33,16 @@ var (
 )
 
 func protectedPod(tolerations ...v1.Toleration) *v1.Pod {
-	return st.MakePod().Name("p").Namespace("ns").Label(v1alpha1.LabelProtected, "true").Tolerations(tolerations).Obj()
+	return buildtest.Pod("ns", "p", buildtest.Protected(""), buildtest.Tolerations(tolerations...))
 }
 
 func plainPod(tolerations ...v1.Toleration) *v1.Pod {
-	return st.MakePod().Name("p").Namespace("ns").Tolerations(tolerations).Obj()
+	return buildtest.Pod("ns", "p", buildtest.Tolerations(tolerations...))
 }
 
+// node is a node with just the taints, which is all the plugin reads.
 func node(name string, taints ...v1.Taint) *v1.Node {
-	return st.MakeNode().Name(name).Taints(taints).Obj()
+	return buildtest.Node(name, buildtest.Taints(taints...))
 }
 
 func newPlugin(t *testing.T, args runtime.Object, nodes []*v1.Node) *LifeboatTaints {

@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
@@ -27,13 +27,11 @@ import (
 
 var now = time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
 
+// protectedPod is a protected Pod app/name of ReplicaSet api-1 on node, with the annotations.
 func protectedPod(name, node string, annotations map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, Annotations: annotations,
-			Labels:          map[string]string{v1alpha1.LabelProtected: "true"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "api-1", UID: "rs", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: node},
-	}
+	p := buildtest.Pod("app", name, buildtest.Protected(""), buildtest.OwnedBy("ReplicaSet", "api-1", "rs"), buildtest.OnNode(node))
+	p.Annotations = annotations
+	return p
 }
 
 func evictionRequest(ns, name string) admission.Request {

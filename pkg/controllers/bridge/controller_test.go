@@ -11,7 +11,6 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	cloudinterruption "github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
@@ -39,37 +39,28 @@ var (
 
 var apiLabels = map[string]string{"app": "api"}
 
+// interruptedNode is a Spot node interrupted at ctrlNotice, with its resume decision.
 func interruptedNode(name, decision string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{v1alpha1.LabelCapacityType: "spot"},
-		Annotations: map[string]string{v1alpha1.AnnotationResumeDecision: decision,
-			v1alpha1.AnnotationInterruptedAt: nodeutil.FormatTime(ctrlNotice)}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule}}}}
+	return buildtest.Node(name, buildtest.CapacityType(buildtest.Spot), buildtest.Annotations(map[string]string{
+		v1alpha1.AnnotationResumeDecision: decision, v1alpha1.AnnotationInterruptedAt: nodeutil.FormatTime(ctrlNotice)}),
+		buildtest.Taints(corev1.Taint{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule}))
 }
 
+// poolNode is a lifeboat (16 Gi) resumed for the node resumedFor.
 func poolNode(name, resumedFor string, ready bool, cpu string) *corev1.Node {
 	n := lifeboat(name, ready, cpu, "16Gi")
 	n.Labels[v1alpha1.LabelResumedFor] = resumedFor
 	return n
 }
 
-// appPod is a Pod of Deployment api (ReplicaSet api-1) on node.
+// appPod is a running Pod of Deployment api (ReplicaSet api-1) on node, requesting 1 CPU and 1 Gi.
 func appPod(name, node string, protected, ready bool) *corev1.Pod {
-	labels := map[string]string{"app": "api"}
+	p := buildtest.Pod("app", name, buildtest.UID("uid-"+name), buildtest.Labels(map[string]string{"app": "api"}),
+		buildtest.OwnedBy("ReplicaSet", "api-1", "rs"), buildtest.OnNode(node), buildtest.Requests("1", "1Gi"), buildtest.Running(), buildtest.Ready(ready))
 	if protected {
-		labels[v1alpha1.LabelProtected] = "true"
+		p.Labels[v1alpha1.LabelProtected] = "true"
 	}
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, UID: types.UID("uid-" + name), Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "api-1", UID: "rs", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
-	}
+	return p
 }
 
 func apiDeployment(replicas int32, annotations map[string]string) *appsv1.Deployment {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
@@ -62,18 +63,10 @@ func (tp tpod) build() *corev1.Pod {
 	return p
 }
 
+// lifeboat is an active pool node resumed for spot-1, with cpu, mem and 110 pods allocatable.
 func lifeboat(name string, ready bool, cpu, mem string) *corev1.Node {
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateActive), v1alpha1.LabelResumedFor: "spot-1"}},
-		Status: corev1.NodeStatus{
-			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem), corev1.ResourcePods: resource.MustParse("110")},
-			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}},
-		},
-	}
+	return buildtest.Node(name, buildtest.Pool("pool", v1alpha1.NodeStateActive), buildtest.Labels(map[string]string{v1alpha1.LabelResumedFor: "spot-1"}),
+		buildtest.Allocatable(cpu, mem, "110"), buildtest.Ready(ready))
 }
 
 func heldUntil(t time.Time) string { return nodeutil.FormatTime(t) }
@@ -371,15 +364,9 @@ func TestHoldState(t *testing.T) {
 	}
 }
 
-// spod is a Pod of the surging Deployment on node.
+// spod is a running Pod of the surging Deployment on node.
 func spod(name, node string, ready bool, mods ...func(*corev1.Pod)) *corev1.Pod {
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, UID: types.UID(name)},
-		Spec:   corev1.PodSpec{NodeName: node},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+	p := buildtest.Pod("app", name, buildtest.UID(name), buildtest.OnNode(node), buildtest.Running(), buildtest.Ready(ready))
 	for _, m := range mods {
 		m(p)
 	}

@@ -351,45 +351,14 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, d); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	var s Surge
-	if _, bridging := scaling.Surging(d); bridging && d.Annotations[v1alpha1.AnnotationHandoffSurge] == "" {
-		// An interrupted Spot node's bridge surge is in progress: its replica count is not the
-		// Deployment's own. Start this handoff's surge once it ended (handoffDeadline bounds it).
+	phase, s, err := SurgeOf(d, n.Name)
+	switch {
+	case err != nil:
+		return err
+	case phase == SurgeWait:
 		return nil
-	}
-	if raw := d.Annotations[v1alpha1.AnnotationHandoffSurge]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &s); err != nil {
-			return fmt.Errorf("deployment %s/%s: bad %s: %w", d.Namespace, d.Name, v1alpha1.AnnotationHandoffSurge, err)
-		}
-		if s.Node != n.Name {
-			return nil // another node's surge first
-		}
-	} else {
-		base := ptr.Deref(d.Spec.Replicas, 1)
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil {
-			return err
-		}
-		// Count the ready Pods live rather than from status: right after another node's
-		// handoff the status still counts that node's Pods, which are leaving. And never wait
-		// for more than base Pods elsewhere: with base+surge replicas and the surge on this
-		// node, base is all that can ever be Ready elsewhere.
-		readyNow, err := c.readyElsewhere(ctx, d.Namespace, sel, "")
-		if err != nil {
-			return err
-		}
-		s = Surge{Node: n.Name, Base: base, Surge: int32(len(g.Pods)), ReadyBefore: min(readyNow, base)}
-		raw, _ := json.Marshal(s)
-		before := d.DeepCopy()
-		if d.Annotations == nil {
-			d.Annotations = map[string]string{}
-		}
-		d.Annotations[v1alpha1.AnnotationHandoffSurge] = string(raw)
-		d.Spec.Replicas = ptr.To(base + s.Surge)
-		if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("surge %s/%s: %w", d.Namespace, d.Name, err)
-		}
-		return scaling.RaiseHPA(ctx, c.client, d, base+s.Surge)
+	case phase == SurgeStart:
+		return c.startSurge(ctx, d, n, len(g.Pods))
 	}
 	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil {
@@ -399,7 +368,7 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 	if err != nil {
 		return err
 	}
-	if !SurgeDone(ready, min(s.ReadyBefore, s.Base)) {
+	if !SurgeDone(ready, SurgeTarget(s)) {
 		// Idempotent: a restart between the surge and the HPA's patch raises it now. (Not
 		// once the surge is done: endSurge may already have restored the HPA.)
 		return scaling.RaiseHPA(ctx, c.client, d, s.Base+s.Surge)
@@ -418,6 +387,31 @@ func (c *Controller) surgeStep(ctx context.Context, n *corev1.Node, g Group) err
 		}
 	}
 	return c.endSurge(ctx, d, s)
+}
+
+// startSurge raises d's replicas by the node's Pods (NewSurge), recorded in the Deployment so
+// a restart resumes it, and raises an HPA's minReplicas, which would otherwise undo it.
+func (c *Controller) startSurge(ctx context.Context, d *appsv1.Deployment, n *corev1.Node, pods int) error {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return err
+	}
+	readyNow, err := c.readyElsewhere(ctx, d.Namespace, sel, "")
+	if err != nil {
+		return err
+	}
+	s := NewSurge(d, n.Name, pods, readyNow)
+	raw, _ := json.Marshal(s)
+	before := d.DeepCopy()
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	d.Annotations[v1alpha1.AnnotationHandoffSurge] = string(raw)
+	d.Spec.Replicas = ptr.To(s.Base + s.Surge)
+	if err := c.client.Patch(ctx, d, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("surge %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return scaling.RaiseHPA(ctx, c.client, d, s.Base+s.Surge)
 }
 
 // endSurge takes the surge back. The HPA goes back first: were the Deployment scaled back while

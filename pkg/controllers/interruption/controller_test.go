@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/cloudtest"
@@ -21,32 +22,23 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
 
+// spotNode is a Spot node of the pool m5.large × us-east-1a, instance id.
 func spotNode(name, id string) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelInstanceType: "m5.large", v1alpha1.LabelZone: "us-east-1a", v1alpha1.LabelCapacityType: "spot"}},
-		Spec:       corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + id},
-	}
+	return buildtest.Node(name, buildtest.InstanceType("m5.large"), buildtest.Zone("us-east-1a"),
+		buildtest.CapacityType(buildtest.Spot), buildtest.ProviderID("aws:///us-east-1a/"+id))
 }
 
+// standbyNode is a standby node of pool "pool", instance id, with cpu, 16 Gi and 110 pods.
 func standbyNode(name, id string, cpu string) *corev1.Node {
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}, Annotations: map[string]string{}},
-		Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + id, Taints: []corev1.Taint{
-			{Key: v1alpha1.TaintLifeboat, Value: "pool", Effect: corev1.TaintEffectNoSchedule}, {Key: v1alpha1.TaintStandby, Effect: corev1.TaintEffectNoSchedule},
-		}},
-		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
-	}
+	return buildtest.Node(name, buildtest.Pool("pool", v1alpha1.NodeStateStandby), buildtest.Annotations(nil),
+		buildtest.ProviderID("aws:///us-east-1a/"+id), buildtest.Capacity(cpu, "16Gi", "110"), buildtest.Taints(
+			corev1.Taint{Key: v1alpha1.TaintLifeboat, Value: "pool", Effect: corev1.TaintEffectNoSchedule},
+			corev1.Taint{Key: v1alpha1.TaintStandby, Effect: corev1.TaintEffectNoSchedule}))
 }
 
+// protectedPod is a running protected Pod app/name on node, requesting cpu and 1 Gi.
 func protectedPod(name, node, cpu string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, Labels: map[string]string{v1alpha1.LabelProtected: "true"}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "nginx", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")},
-		}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
-	}
+	return buildtest.Pod("app", name, buildtest.Protected(""), buildtest.OnNode(node), buildtest.Requests(cpu, "1Gi"), buildtest.Running())
 }
 
 func setup(t *testing.T, objs ...client.Object) (*Controller, client.Client, *cloudtest.Instances, *clocktesting.FakeClock) {

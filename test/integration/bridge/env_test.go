@@ -88,6 +88,9 @@ var (
 // shared returns the shared environment, starting it on first use, with the webhook running.
 func shared(t *testing.T) *env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no control plane (make test-unit); the bridge's integration tests need one")
+	}
 	sharedOnce.Do(func() {
 		began := time.Now()
 		sharedEnv, sharedErr = startShared()

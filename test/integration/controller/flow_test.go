@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
@@ -31,13 +32,9 @@ func spotNotice(instanceID string, n int) string {
 		n, time.Now().UTC().Format(time.RFC3339), instanceID, instanceID)
 }
 
+// kwokNode is a node KWOK runs, with the labels, cpu, 16 Gi and 110 pods.
 func kwokNode(name string, labels map[string]string, cpu string, providerID string) *corev1.Node {
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       corev1.NodeSpec{ProviderID: providerID},
-		Status:     corev1.NodeStatus{Capacity: alloc, Allocatable: alloc},
-	}
+	return buildtest.Node(name, buildtest.Labels(labels), buildtest.ProviderID(providerID), buildtest.Capacity(cpu, "16Gi", "110"))
 }
 
 func (e *env) warmPool(size int, activeDuration string) *v1alpha1.WarmPool {
