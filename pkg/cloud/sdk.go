@@ -6,7 +6,7 @@
 // configured, hibernate, resume, terminate and list the instances of a pool; PlacementScorer
 // probes Spot capacity with GetSpotPlacementScores (the reclaim-back probe). The interruption
 // messages (EventBridge events delivered through Lifeboat's own SQS queue) live in the
-// interruption subpackage; client construction with endpoint overrides and the retryer in
+// interruptionqueue subpackage; client construction with endpoint overrides and the retryer in
 // awsclient; the wire-level emulator used by tests and `lifeboat sim` in awsemu.
 package cloud
 

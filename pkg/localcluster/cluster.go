@@ -1,4 +1,4 @@
-// Package cluster starts and stops a real local Kubernetes control plane for tests and for
+// Package localcluster starts and stops a real local Kubernetes control plane for tests and for
 // `lifeboat sim`: etcd, kube-apiserver (RBAC), kube-controller-manager, KWOK (fake kubelets
 // driven by this project's stages, with per-node-selector boot and Pod start delays and a
 // power switch for hibernation), and Karpenter with its KWOK cloud provider.

@@ -14,7 +14,7 @@ import (
 // Karpenter's names that reclaim-back reads.
 const (
 	LabelNodePool          = "karpenter.sh/nodepool"
-	AnnotationDoNotDisrupt = "karpenter.sh/do-not-disrupt"
+	AnnotationDoNotDisrupt = v1alpha1.AnnotationKarpenterDoNotDisrupt
 )
 
 // Exclusion reasons: why an On-Demand node of Karpenter's is not fallback capacity to move.
