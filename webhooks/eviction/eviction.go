@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/webhookmetrics"
 )
 
 // Path is where the webhook is served.
@@ -118,6 +118,6 @@ func Held(reason string) admission.Response {
 
 func failOpen(err error) admission.Response {
 	resp := admission.Allowed("Lifeboat could not decide; letting the eviction through").WithWarnings("lifeboat: " + err.Error())
-	resp.Result.Reason = metrics.ReasonError
+	resp.Result.Reason = webhookmetrics.ReasonError
 	return resp
 }

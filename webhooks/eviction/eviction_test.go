@@ -22,7 +22,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/webhookmetrics"
 )
 
 var now = time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
@@ -123,10 +123,10 @@ func TestHandle(t *testing.T) {
 			if got := len(resp.Warnings) > 0; got != tt.warning {
 				t.Errorf("warnings %v, want some: %v", resp.Warnings, tt.warning)
 			}
-			if tt.failOpen && (resp.Result == nil || resp.Result.Reason != metrics.ReasonError) {
-				t.Errorf("result %+v, want reason %s (fail-open)", resp.Result, metrics.ReasonError)
+			if tt.failOpen && (resp.Result == nil || resp.Result.Reason != webhookmetrics.ReasonError) {
+				t.Errorf("result %+v, want reason %s (fail-open)", resp.Result, webhookmetrics.ReasonError)
 			}
-			if !tt.failOpen && resp.Result != nil && resp.Result.Reason == metrics.ReasonError {
+			if !tt.failOpen && resp.Result != nil && resp.Result.Reason == webhookmetrics.ReasonError {
 				t.Errorf("result %+v marked as an error", resp.Result)
 			}
 		})
@@ -182,8 +182,8 @@ func TestHandleFailsOpen(t *testing.T) {
 			if len(resp.Warnings) == 0 || !strings.Contains(resp.Warnings[0], boom.Error()) {
 				t.Errorf("warnings %v, want the error", resp.Warnings)
 			}
-			if resp.Result == nil || resp.Result.Reason != metrics.ReasonError {
-				t.Errorf("result %+v, want reason %s", resp.Result, metrics.ReasonError)
+			if resp.Result == nil || resp.Result.Reason != webhookmetrics.ReasonError {
+				t.Errorf("result %+v, want reason %s", resp.Result, webhookmetrics.ReasonError)
 			}
 		})
 	}

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/webhookmetrics"
 )
 
 // Path is where the webhook is served.
@@ -150,7 +150,7 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 // failOpen admits the request and says why it was not protected.
 func failOpen(err error) admission.Response {
 	resp := admission.Allowed("")
-	resp.Result = &metav1.Status{Code: http.StatusOK, Reason: metrics.ReasonError, Message: err.Error()}
+	resp.Result = &metav1.Status{Code: http.StatusOK, Reason: webhookmetrics.ReasonError, Message: err.Error()}
 	return resp.WithWarnings("Lifeboat could not decide whether to protect this Pod, so it was admitted unprotected; the Lifeboat audit reports it. Cause: " + oneLine(err.Error()))
 }
 

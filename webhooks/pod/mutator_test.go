@@ -21,7 +21,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/internal/fixture"
-	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/webhookmetrics"
 )
 
 // apply applies a response's patch to the request's object, as the apiserver does.
@@ -55,7 +55,7 @@ func TestMutatorProtectsAndIsIdempotent(t *testing.T) {
 	if !resp.Allowed || len(resp.Patches) == 0 {
 		t.Fatalf("want a patch, got %+v", resp)
 	}
-	if d := metrics.Decision(resp); d != metrics.DecisionMutated {
+	if d := webhookmetrics.Decision(resp); d != webhookmetrics.DecisionMutated {
 		t.Errorf("decision %s, want mutated", d)
 	}
 	got := apply(t, req, resp)
@@ -144,7 +144,7 @@ func TestMutatorFailsOpen(t *testing.T) {
 	if !resp.Allowed || len(resp.Patches) != 0 || len(resp.Warnings) != 1 {
 		t.Fatalf("want admitted unchanged with a warning, got %+v", resp)
 	}
-	if d := metrics.Decision(resp); d != metrics.DecisionError {
+	if d := webhookmetrics.Decision(resp); d != webhookmetrics.DecisionError {
 		t.Errorf("decision %s, want error", d)
 	}
 

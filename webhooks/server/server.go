@@ -39,9 +39,9 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/audit"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/eviction"
-	"github.com/lifeboat-k8s/lifeboat/webhooks/metrics"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/pod"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
+	"github.com/lifeboat-k8s/lifeboat/webhooks/webhookmetrics"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/workload"
 )
 
@@ -66,16 +66,16 @@ func NewCommand() *cobra.Command {
 // The server, the fuzz targets and the benchmarks all use exactly these.
 func Handlers(cfg policy.Config, cluster *state.Cluster, timeout time.Duration) map[string]http.Handler {
 	hook := func(h admission.Handler) *admission.Webhook {
-		return &admission.Webhook{Handler: metrics.Handler(withTimeout(h, timeout)), LogConstructor: logConstructor}
+		return &admission.Webhook{Handler: webhookmetrics.Handler(withTimeout(h, timeout)), LogConstructor: logConstructor}
 	}
 	live := cluster.Live
 	if live == nil {
 		live = cluster.Cache
 	}
 	return map[string]http.Handler{
-		pod.Path:      metrics.HTTP("pods", hook(&pod.Mutator{Config: cfg, Cluster: cluster})),
-		workload.Path: metrics.HTTP("workloads", hook(&workload.Validator{Config: cfg, Cluster: cluster})),
-		eviction.Path: metrics.HTTP("evictions", hook(&eviction.Holder{Reader: live, Metadata: cluster.PodMetadata, Clock: clock.RealClock{}, Pending: cfg.PendingHold, Exempt: cfg.Exempt})),
+		pod.Path:      webhookmetrics.HTTP("pods", hook(&pod.Mutator{Config: cfg, Cluster: cluster})),
+		workload.Path: webhookmetrics.HTTP("workloads", hook(&workload.Validator{Config: cfg, Cluster: cluster})),
+		eviction.Path: webhookmetrics.HTTP("evictions", hook(&eviction.Holder{Reader: live, Metadata: cluster.PodMetadata, Clock: clock.RealClock{}, Pending: cfg.PendingHold, Exempt: cfg.Exempt})),
 	}
 }
 

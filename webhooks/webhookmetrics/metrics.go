@@ -1,10 +1,10 @@
-// Package metrics instruments Lifeboat's admission webhooks:
+// Package webhookmetrics instruments Lifeboat's admission webhooks:
 // lifeboat_webhook_requests_total{webhook,decision} and
 // lifeboat_webhook_request_duration_seconds{webhook}, measured around the whole HTTP request
 // (decode, decision, encode) so the histogram is the server-side latency the apiserver sees minus
 // the network. The apiserver's own admission histogram starts at 5 ms, too coarse for a webhook
 // that should answer in about a millisecond, hence buckets from 0.5 ms up.
-package metrics
+package webhookmetrics
 
 import (
 	"context"
