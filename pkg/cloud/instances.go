@@ -7,7 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -202,15 +203,6 @@ func isForeignOwnedTag(key string) bool {
 		key == "eks:eks-cluster-name"
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // Launch implements Instances.
 func (p *EC2Instances) Launch(ctx context.Context, req LaunchRequest) (*Instance, error) {
 	if err := req.validate(); err != nil {
@@ -324,7 +316,7 @@ func poolTags(req LaunchRequest) []ec2types.Tag {
 	if _, ok := req.Tags["Name"]; !ok {
 		tags = append(tags, ec2types.Tag{Key: aws.String("Name"), Value: aws.String(fmt.Sprintf("lifeboat-%s-%d", req.Pool, req.Slot))})
 	}
-	for _, k := range sortedKeys(req.Tags) {
+	for _, k := range slices.Sorted(maps.Keys(req.Tags)) {
 		if k == TagPool || k == TagSlot || k == TagGeneration {
 			continue
 		}

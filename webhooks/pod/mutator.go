@@ -7,9 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -187,7 +188,7 @@ func Patch(before, after *corev1.Pod) []jsonpatch.JsonPatchOperation {
 		if before.Labels == nil {
 			add("/metadata/labels", after.Labels)
 		} else {
-			for _, k := range sortedKeys(after.Labels) {
+			for _, k := range slices.Sorted(maps.Keys(after.Labels)) {
 				if old, ok := before.Labels[k]; !ok || old != after.Labels[k] {
 					add("/metadata/labels/"+escape(k), after.Labels[k])
 				}
@@ -219,14 +220,4 @@ func Patch(before, after *corev1.Pod) []jsonpatch.JsonPatchOperation {
 // escape encodes a JSON pointer segment (RFC 6901).
 func escape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	// Deterministic patches make the responses comparable in tests and logs.
-	sort.Strings(keys)
-	return keys
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,7 +66,7 @@ func (c *Controller) clearStaleDisruptions(ctx context.Context, p *corev1.Pod) (
 		}
 		st := pdb.Status
 		seen = append(seen, fmt.Sprintf("%s: %d allowed, %d/%d healthy (%d expected), disrupted %v",
-			pdb.Name, st.DisruptionsAllowed, st.CurrentHealthy, st.DesiredHealthy, st.ExpectedPods, sortedKeys(st.DisruptedPods)))
+			pdb.Name, st.DisruptionsAllowed, st.CurrentHealthy, st.DesiredHealthy, st.ExpectedPods, slices.Sorted(maps.Keys(st.DisruptedPods))))
 		if len(st.DisruptedPods) == 0 {
 			continue
 		}
@@ -100,15 +102,6 @@ func (c *Controller) clearStaleDisruptions(ctx context.Context, p *corev1.Pod) (
 		seen = append(seen, fmt.Sprintf("%s: removed stale %v", pdb.Name, stale))
 	}
 	return seen, nil
-}
-
-func sortedKeys(m map[string]metav1.Time) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // noteEvicted remembers the UID of a Pod the bridge evicted (by namespace/name), for
