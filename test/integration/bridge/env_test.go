@@ -13,10 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -498,8 +500,39 @@ func seatReady(n *corev1.Node) bool {
 // tests retired, no lifeboat active, one in standby.
 func (e *env) quiesce(t *testing.T) {
 	t.Helper()
+	e.clearLeftoverPending(t)
 	e.retireKarpenterNodes(t)
 	e.waitPoolIdle(t, 120*time.Second)
+}
+
+// clearLeftoverPending removes the unbound Pods that earlier tests' namespaces (deleted at
+// their cleanup, asynchronously) still hold: Karpenter provisions for every Pending Pod, so a
+// leftover replica provisioned together with the next test's Pods packs them onto two nodes
+// instead of one (seen: 5 leftover Pods + 3 new ones → NodeClaims of 7 and 1 Pods).
+func (e *env) clearLeftoverPending(t *testing.T) {
+	t.Helper()
+	waitFor(t, "no Pending Pods left by earlier tests", 60*time.Second, func(ctx context.Context) (bool, string) {
+		pods, err := e.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Pending,spec.nodeName="})
+		if err != nil {
+			return false, err.Error()
+		}
+		var left []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			ns, err := e.kube.CoreV1().Namespaces().Get(ctx, p.Namespace, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, err.Error()
+			}
+			if err == nil && ns.DeletionTimestamp == nil {
+				continue // a live namespace's Pod: not a leftover
+			}
+			left = append(left, p.Namespace+"/"+p.Name)
+			if err := e.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil && !apierrors.IsNotFound(err) {
+				return false, err.Error()
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("deleting leftover Pending Pods %v", left)
+	})
 }
 
 // waitPoolIdle waits until no lifeboat is active (a new protected Pod would land on an active
