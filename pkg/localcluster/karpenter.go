@@ -136,32 +136,7 @@ spec:` + func() string {
 // (added by WithNotReadyStartupTaint when missing): a real kubelet registers its Node with
 // that taint and kube-controller-manager removes it once the Node is Ready. KWOK has no
 // kubelet, so without it the scheduler would bind Pods to a Node that is still booting.
-const DefaultNodePool = `apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: default
-spec:
-  template:
-    spec:
-      nodeClassRef:
-        group: karpenter.kwok.sh
-        kind: KWOKNodeClass
-        name: default
-      expireAfter: Never
-      startupTaints:
-      - key: node.kubernetes.io/not-ready
-        effect: NoSchedule
-      requirements:
-      - key: karpenter.sh/capacity-type
-        operator: In
-        values: ["spot", "on-demand"]
-      - key: kubernetes.io/os
-        operator: In
-        values: ["linux"]
-  disruption:
-    consolidationPolicy: WhenEmpty
-    consolidateAfter: 30s
-`
+var DefaultNodePool = NodePool{Name: "default"}.YAML()
 
 // KarpenterCRDDirs finds Karpenter's CRD files: bin/crds/karpenter (copied by `make tools`)
 // when present, else the module source found with `go list -m`.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/assess"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 )
 
 // Zone is the NodePool's only zone.
@@ -27,31 +28,8 @@ const Zone = "us-east-1a"
 
 // NodePoolYAML is a Karpenter NodePool that allows Spot in 3 instance types × 1 zone and
 // consolidates only empty nodes.
-const NodePoolYAML = `apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: spot-3x1
-spec:
-  template:
-    spec:
-      nodeClassRef:
-        group: karpenter.kwok.sh
-        kind: KWOKNodeClass
-        name: default
-      requirements:
-      - key: karpenter.sh/capacity-type
-        operator: In
-        values: ["spot", "on-demand"]
-      - key: node.kubernetes.io/instance-type
-        operator: In
-        values: ["c5.large", "m5.large", "r5.large"]
-      - key: topology.kubernetes.io/zone
-        operator: In
-        values: ["us-east-1a"]
-  disruption:
-    consolidationPolicy: WhenEmpty
-    consolidateAfter: 30s
-`
+var NodePoolYAML = localcluster.NodePool{Name: "spot-3x1",
+	InstanceTypes: []string{"c5.large", "m5.large", "r5.large"}, Zones: []string{Zone}}.YAML()
 
 // Fleet is every object of the fixture, in creation order within each kind. Owners come before
 // their dependents; OwnerRef fills UIDs from what was created (the API server assigns them).

@@ -31,8 +31,7 @@ func TestDeadlineLateLifeboat(t *testing.T) {
 	e.quiesce(t)
 	ns := e.newNamespace(t, "late")
 	w := workload{name: "web", replicas: replicas, graceSeconds: 1, minAvailable: 2}
-	e.create(t, ns, w)
-	node, old := e.waitPlaced(t, ns, replicas, w.selector())
+	node, old := e.place(t, ns, replicas, w)
 	id := e.prepareNotice(t, node)
 	e.capKarpenter(t)
 	e.setResumeDelay(t, 25*time.Second)

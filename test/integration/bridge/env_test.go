@@ -165,37 +165,11 @@ const (
 )
 
 func nodePool(name string, weight int, boot string) string {
-	labels := ""
+	p := localcluster.NodePool{Name: name, Weight: weight}
 	if boot != "" {
-		labels = fmt.Sprintf("\n    metadata:\n      labels:\n        %s: %s", labelBoot, boot)
+		p.Labels = map[string]string{labelBoot: boot}
 	}
-	return fmt.Sprintf(`apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: %s
-spec:
-  weight: %d
-  template:%s
-    spec:
-      nodeClassRef:
-        group: karpenter.kwok.sh
-        kind: KWOKNodeClass
-        name: default
-      expireAfter: Never
-      startupTaints:
-      - key: node.kubernetes.io/not-ready
-        effect: NoSchedule
-      requirements:
-      - key: karpenter.sh/capacity-type
-        operator: In
-        values: ["spot", "on-demand"]
-      - key: kubernetes.io/os
-        operator: In
-        values: ["linux"]
-  disruption:
-    consolidationPolicy: WhenEmpty
-    consolidateAfter: 30s
-`, name, weight, labels)
+	return p.YAML()
 }
 
 // capKarpenter makes Karpenter's new capacity slow (see fastPool) until the test ends.

@@ -67,8 +67,7 @@ func (e *env) raceRound(t *testing.T) {
 	e.quiesce(t)
 	ns := e.newNamespace(t, "race")
 	w := workload{name: "web", replicas: replicas, graceSeconds: 1, maxUnavailable: 1}
-	e.create(t, ns, w)
-	node, old := e.waitPlaced(t, ns, replicas, w.selector())
+	node, old := e.place(t, ns, replicas, w)
 	id := e.prepareNotice(t, node)
 	rec := e.recordPods(t, ns, w.selector())
 	ready := e.sampleReady(t, ns, w.selector())

@@ -62,9 +62,7 @@ func (e *env) controllerKilledWhileHolding(t *testing.T) {
 	ns := e.newNamespace(t, "restart")
 	slow := workload{name: "slow-exit", replicas: 2, graceSeconds: 20, maxUnavailable: 1}
 	quick := workload{name: "quick-exit", replicas: 3, graceSeconds: 2, maxUnavailable: 1}
-	e.create(t, ns, slow)
-	e.create(t, ns, quick)
-	node, old := e.waitPlaced(t, ns, 5, slow.selector(), quick.selector())
+	node, old := e.place(t, ns, 5, slow, quick)
 	id := e.prepareNotice(t, node)
 	// The lifeboat's Node is Ready 3 s after its resume: the kill below comes first, so the
 	// bridge is mid-way (holds written, nothing removed) when the controller dies.
@@ -153,8 +151,7 @@ func (e *env) webhookDownFailsOpen(t *testing.T) {
 	// minAvailable, not maxUnavailable: the surge's Pending replicas would count as missing
 	// against a maxUnavailable budget and the PDB, not the webhook, would refuse the eviction.
 	w := workload{name: "web", replicas: 3, graceSeconds: 1, minAvailable: 1}
-	e.create(t, ns, w)
-	node, old := e.waitPlaced(t, ns, int(w.replicas), w.selector())
+	node, old := e.place(t, ns, int(w.replicas), w)
 	id := e.prepareNotice(t, node)
 	// Nothing may end the holds before the webhook is down: the lifeboat is Ready 10 s after
 	// its resume, Karpenter's new capacity in 30 s.

@@ -34,8 +34,7 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 	e.quiesce(t)
 	ns := e.newNamespace(t, "sts")
 	w := workload{name: "db", statefulSet: true, replicas: replicas, graceSeconds: 1, maxUnavailable: 1}
-	e.create(t, ns, w)
-	node, old := e.waitPlaced(t, ns, replicas, w.selector())
+	node, old := e.place(t, ns, replicas, w)
 	id := e.prepareNotice(t, node)
 	seats := e.watchSeats(t)
 	rec := e.recordPods(t, ns, w.selector())
