@@ -21,56 +21,56 @@ func isNonNegInt(s string) bool {
 	return err == nil && n >= 0
 }
 
-// MaxUnavailable is a PDB's maxUnavailable: a count or a percentage.
-type MaxUnavailable struct {
+// IntOrPercent is a PDB value: a count, or a percentage of the replicas.
+type IntOrPercent struct {
 	Count     int
 	Percent   int // used when IsPercent
 	IsPercent bool
 }
+
+// scaled is the value for replicas, a percentage rounded up as the disruption controller
+// rounds both fields (intstr.GetScaledValueFromIntOrPercent with roundUp).
+func (v IntOrPercent) scaled(replicas int32) int32 {
+	if v.IsPercent {
+		return ceilPercent(v.Percent, replicas)
+	}
+	return int32(v.Count)
+}
+
+func parsePDBValue(s string) (IntOrPercent, error) {
+	count, pct, isPct, err := parseIntOrPercent(s)
+	return IntOrPercent{Count: count, Percent: pct, IsPercent: isPct}, err
+}
+
+// MaxUnavailable is a PDB's maxUnavailable.
+type MaxUnavailable struct{ IntOrPercent }
 
 // ParseMaxUnavailable parses "1", "20%", or "0" / "0%" (a PDB that allows no disruption).
 func ParseMaxUnavailable(s string) (MaxUnavailable, error) {
-	count, pct, isPct, err := parseIntOrPercent(s)
-	return MaxUnavailable{Count: count, Percent: pct, IsPercent: isPct}, err
+	v, err := parsePDBValue(s)
+	return MaxUnavailable{v}, err
 }
 
-// Floor is the number of replicas the PDB keeps available: replicas − maxUnavailable, where a
-// percentage of replicas is rounded up (more replicas may be unavailable) as the disruption
-// controller does (intstr.GetScaledValueFromIntOrPercent with roundUp).
+// Floor is the number of replicas the PDB keeps available: replicas − maxUnavailable (a
+// percentage rounded up: more replicas may be unavailable), never below 0.
 func (m MaxUnavailable) Floor(replicas int32) int32 {
-	unavailable := int32(m.Count)
-	if m.IsPercent {
-		unavailable = ceilPercent(m.Percent, replicas)
-	}
-	if f := replicas - unavailable; f > 0 {
-		return f
-	}
-	return 0
+	return max(0, replicas-m.scaled(replicas))
 }
 
-// MinAvailable is a PDB's minAvailable: a count or a percentage.
-type MinAvailable struct {
-	Count     int
-	Percent   int // used when IsPercent
-	IsPercent bool
-}
+// MinAvailable is a PDB's minAvailable.
+type MinAvailable struct{ IntOrPercent }
 
 // ParseMinAvailable parses "2", "80%"; "100%" (or a count equal to the replicas) allows no
 // disruption, "0" allows every disruption.
 func ParseMinAvailable(s string) (MinAvailable, error) {
-	count, pct, isPct, err := parseIntOrPercent(s)
-	return MinAvailable{Count: count, Percent: pct, IsPercent: isPct}, err
+	v, err := parsePDBValue(s)
+	return MinAvailable{v}, err
 }
 
-// Floor is the number of replicas the PDB keeps available: minAvailable, where a percentage of
-// replicas is rounded up (more replicas must stay available) as the disruption controller
-// does; never more than the replicas.
+// Floor is the number of replicas the PDB keeps available: minAvailable (a percentage rounded
+// up: more replicas must stay available), never more than the replicas.
 func (m MinAvailable) Floor(replicas int32) int32 {
-	f := int32(m.Count)
-	if m.IsPercent {
-		f = ceilPercent(m.Percent, replicas)
-	}
-	return max(0, min(f, replicas))
+	return max(0, min(m.scaled(replicas), replicas))
 }
 
 // parseIntOrPercent parses a PDB value: a count ≥ 0 or a percentage in 0%..100%.

@@ -202,7 +202,7 @@ func TestParsePDBValues(t *testing.T) {
 		if tt.wantErr {
 			continue
 		}
-		want := MaxUnavailable{Count: tt.count, Percent: tt.percent, IsPercent: tt.isPercent}
+		want := MaxUnavailable{IntOrPercent{Count: tt.count, Percent: tt.percent, IsPercent: tt.isPercent}}
 		if mu != want || MaxUnavailable(ma) != want {
 			t.Errorf("%q: parsed %+v / %+v, want %+v", tt.in, mu, ma, want)
 		}
