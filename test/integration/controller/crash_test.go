@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -213,22 +212,7 @@ func TestCrashSafety(t *testing.T) {
 	if _, err := e.cluster.CreateKWOKNode(ctx, od); err != nil {
 		t.Fatal(err)
 	}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "drained"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "drained"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "drained", v1alpha1.LabelProtected: "true"}},
-				Spec: corev1.PodSpec{
-					// Stands in for the lifeboat scheduler, which this test does not run.
-					Tolerations: []corev1.Toleration{{Key: v1alpha1.TaintLifeboat, Operator: corev1.TolerationOpExists}},
-					Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27", Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}},
-				},
-			},
-		},
-	}
+	dep := lifeboatDeployment("drained", 1)
 	if err := e.client.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
@@ -217,21 +216,7 @@ func TestWarmPoolLifecycle(t *testing.T) {
 
 	// --- Handoff: a protected Deployment runs on the lifeboat nodes (the toleration stands in
 	// for the lifeboat scheduler, which this test does not run).
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web", v1alpha1.LabelProtected: "true"}},
-				Spec: corev1.PodSpec{
-					Tolerations: []corev1.Toleration{{Key: v1alpha1.TaintLifeboat, Operator: corev1.TolerationOpExists}},
-					Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27", Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}},
-				},
-			},
-		},
-	}
+	dep := lifeboatDeployment("web", 2)
 	if err := e.client.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
