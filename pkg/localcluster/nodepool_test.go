@@ -10,19 +10,19 @@ import (
 
 func TestNodePoolYAML(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		pool     NodePool
-		weight   int64
-		labels   map[string]any
-		reqs     map[string][]any
+		name             string
+		pool             NodePool
+		weight           int64
+		labels           map[string]any
+		reqs             map[string][]any
 		consolidateAfter string
 	}{
 		{name: "default", pool: NodePool{Name: "default"},
-			reqs:     map[string][]any{"karpenter.sh/capacity-type": {"spot", "on-demand"}, "kubernetes.io/os": {"linux"}},
+			reqs:             map[string][]any{"karpenter.sh/capacity-type": {"spot", "on-demand"}, "kubernetes.io/os": {"linux"}},
 			consolidateAfter: "30s"},
 		{name: "weighted with labels", pool: NodePool{Name: "slow", Weight: 1, Labels: map[string]string{"boot": "slow"}, CapacityTypes: []string{"spot"}},
 			weight: 1, labels: map[string]any{"boot": "slow"},
-			reqs:     map[string][]any{"karpenter.sh/capacity-type": {"spot"}, "kubernetes.io/os": {"linux"}},
+			reqs:             map[string][]any{"karpenter.sh/capacity-type": {"spot"}, "kubernetes.io/os": {"linux"}},
 			consolidateAfter: "30s"},
 		{name: "narrowed catalog", pool: NodePool{Name: "n", InstanceTypes: []string{"c5.large"}, Zones: []string{"us-east-1a"}, ConsolidateAfter: 90e9},
 			reqs: map[string][]any{"karpenter.sh/capacity-type": {"spot", "on-demand"}, "kubernetes.io/os": {"linux"},
