@@ -185,13 +185,16 @@ const readmeIntro = "## Install\n\n" +
 	"IAM policy, the EventBridge → SQS queue, upgrades and uninstalling: [docs/INSTALL.md](../../docs/INSTALL.md).\n" +
 	"Example values: [examples/](examples/).\n\n" +
 	"## CRDs\n\n" +
-	"The WarmPool CRD is in `crds/`: Helm installs it before the templates, so `warmPools` can\n" +
-	"create WarmPool objects in the same release, and never deletes it, so `helm uninstall` does\n" +
-	"not cascade-delete every WarmPool (their EC2 instances would be left behind). Helm does not\n" +
-	"upgrade `crds/` either: before `helm upgrade` to a chart with a new CRD, apply it with\n" +
-	"`kubectl apply --server-side -f charts/lifeboat/crds/`. `--skip-crds` installs without it\n" +
-	"(when the CRD is managed elsewhere). After `helm uninstall` only the CRD remains; delete it\n" +
-	"with `kubectl delete crd warmpools.lifeboat.dev` once no WarmPool is left.\n\n" +
+	"The WarmPool and ReclaimBackPolicy CRDs are in `crds/`: Helm installs them before the\n" +
+	"templates, so `warmPools` can create WarmPool objects in the same release, and never deletes\n" +
+	"them, so `helm uninstall` does not cascade-delete every WarmPool (their EC2 instances would be\n" +
+	"left behind). Helm does not upgrade `crds/` either: before `helm upgrade` to a chart with a new\n" +
+	"or changed CRD, apply them with `kubectl apply --server-side -f charts/lifeboat/crds/`. A\n" +
+	"controller started without the ReclaimBackPolicy CRD runs with reclaim-back off and logs how\n" +
+	"to turn it on (apply the CRD, restart the controller). `--skip-crds` installs without them\n" +
+	"(when the CRDs are managed elsewhere). After `helm uninstall` only the CRDs remain; delete them\n" +
+	"with `kubectl delete crd warmpools.lifeboat.dev reclaimbackpolicies.lifeboat.dev` once no\n" +
+	"WarmPool is left.\n\n" +
 	"## Webhook certificates\n\n" +
 	"`webhook.tls.mode`: `self-managed` (default; the webhook rotates its CA and certificate in the\n" +
 	"Secret `lifeboat-webhook-tls` and injects the CA bundle), `cert-manager` (a Certificate, with a\n" +

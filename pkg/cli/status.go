@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,6 +29,8 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
 )
+
+var reclaimBackPolicyGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "reclaimbackpolicies"}
 
 var warmPoolGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "warmpools"}
 
@@ -114,6 +117,7 @@ func printStatus(ctx context.Context, out io.Writer, client kubernetes.Interface
 	if err := printFallback(ctx, tw, client, dyn); err != nil {
 		return err
 	}
+	printReclaimBack(ctx, tw, dyn)
 
 	fmt.Fprintln(tw, "\nPROTECTED WORKLOADS")
 	if err := printProtected(ctx, tw, client); err != nil {
@@ -312,4 +316,41 @@ func printFallback(ctx context.Context, tw io.Writer, client kubernetes.Interfac
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Node, c.NodePool, pods, verdict)
 	}
 	return nil
+}
+
+// printReclaimBack adds, under the fallback capacity, what each ReclaimBackPolicy is doing
+// about it (docs/RECLAIMBACK.md). Nothing without a policy or without the CRD.
+func printReclaimBack(ctx context.Context, tw io.Writer, dyn dynamic.Interface) {
+	list, err := dyn.Resource(reclaimBackPolicyGVR).List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) == 0 {
+		return
+	}
+	fmt.Fprintln(tw, "  RECLAIM-BACK POLICY\tFALLBACK\tMOVING\tRETURNED\tNODE-HOURS\tBLOCKED")
+	for _, u := range list.Items {
+		p := &v1alpha1.ReclaimBackPolicy{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+			fmt.Fprintf(tw, "  %s\tcannot decode: %v\n", u.GetName(), err)
+			continue
+		}
+		moving := make([]string, 0, len(p.Status.InFlight))
+		for _, m := range p.Status.InFlight {
+			moving = append(moving, m.Node+" ("+m.Phase+")")
+		}
+		blocked := "no"
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionBlocked); c != nil && c.Status == metav1.ConditionTrue {
+			blocked = c.Reason + ": " + c.Message
+		}
+		hours := p.Status.OnDemandNodeHoursReturned
+		if hours == "" {
+			hours = "0"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\n", p.Name, p.Status.FallbackNodes, orDash(strings.Join(moving, ", ")), p.Status.ReturnedNodes, hours, blocked)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -23,7 +23,7 @@ import (
 
 func statusDyn(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{warmPoolGVR: "WarmPoolList", nodePoolGVR: "NodePoolList"}, objs...)
+		map[schema.GroupVersionResource]string{warmPoolGVR: "WarmPoolList", nodePoolGVR: "NodePoolList", reclaimBackPolicyGVR: "ReclaimBackPolicyList"}, objs...)
 }
 
 func TestStatusEmptyCluster(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,6 +33,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/interruption/intake"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/pooltelemetry"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/recycle"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
 )
@@ -70,7 +72,9 @@ type Deps struct {
 	// Namespace of Lifeboat (pre-pull Pods, telemetry). Default lifeboat-system.
 	Namespace       string
 	TelemetryWindow time.Duration
-	WarmPool        warmpool.Options
+	// SeatImage runs in the handoff's seats; "" is handoff.DefaultSeatImage.
+	SeatImage string
+	WarmPool  warmpool.Options
 	// Bridge bounds the eviction holds; zero fields take bridge.DefaultOptions.
 	Bridge bridge.Options
 	// ActiveRestartAfter, HandoffPoll and GCPeriod override those controllers' periods
@@ -78,6 +82,12 @@ type Deps struct {
 	ActiveRestartAfter time.Duration
 	HandoffPoll        time.Duration
 	GCPeriod, GCGrace  time.Duration
+	// PlacementScorer is the reclaim-back probe (EC2 GetSpotPlacementScores); nil: no
+	// reclaim-back move starts.
+	PlacementScorer cloud.PlacementScorer
+	// ReclaimBack tunes the reclaim-back controller. It runs when the ReclaimBackPolicy CRD is
+	// installed (unless Off) and does nothing while no policy exists.
+	ReclaimBack reclaimback.Options
 }
 
 // Registered gives tests and benchmarks access to the built controllers.
@@ -128,6 +138,10 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 		return nil, err
 	}
 	ho := handoff.New(c, d.Clock, rec)
+	ho.Namespace = d.Namespace
+	if d.SeatImage != "" {
+		ho.SeatImage = d.SeatImage
+	}
 	if d.HandoffPoll > 0 {
 		ho.Poll = d.HandoffPoll
 	}
@@ -145,6 +159,15 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	}
 	if !bo.Off {
 		reconcilers["bridge"] = bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
+	}
+	if !d.ReclaimBack.Off {
+		// A cluster upgraded without the new CRD (Helm never upgrades crds/) would otherwise
+		// fail the whole manager on a watch that never syncs.
+		if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.Group, Kind: "ReclaimBackPolicy"}, v1alpha1.Version); err != nil {
+			klog.FromContext(ctx).Info("Reclaim-back off: the ReclaimBackPolicy CRD is not installed (kubectl apply --server-side -f charts/lifeboat/crds/)", "err", err.Error())
+		} else {
+			reconcilers["reclaimback"] = reclaimback.New(c, d.PlacementScorer, d.Clock, rec, d.Namespace, d.ReclaimBack)
+		}
 	}
 	for name, r := range reconcilers {
 		if err := r.Register(mgr); err != nil {

@@ -69,6 +69,13 @@ const (
 	// LabelPrePull marks the pre-pull Pods of warming nodes.
 	LabelPrePull = Group + "/prepull"
 
+	// LabelSeat marks the handoff's seats: placeholder Pods in Lifeboat's namespace that keep
+	// room on ordinary capacity for a lifeboat Pod the handoff will evict (a StatefulSet's).
+	// AnnotationSeatFor names that Pod (namespace/name), AnnotationSeatNode its lifeboat node.
+	LabelSeat          = Group + "/seat"
+	AnnotationSeatFor  = Group + "/seat-for"
+	AnnotationSeatNode = Group + "/seat-node"
+
 	// FinalizerWarmPool terminates a deleted pool's instances before the WarmPool goes.
 	FinalizerWarmPool = Group + "/instances"
 )

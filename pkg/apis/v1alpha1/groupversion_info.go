@@ -24,7 +24,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &WarmPool{}, &WarmPoolList{})
+	scheme.AddKnownTypes(GroupVersion, &WarmPool{}, &WarmPoolList{}, &ReclaimBackPolicy{}, &ReclaimBackPolicyList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/interruptionqueue"
 	"github.com/lifeboat-k8s/lifeboat/pkg/component"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cost"
 )
@@ -80,8 +81,11 @@ func Run(ctx context.Context, o *Options) error {
 		Instances:       cloud.NewInstances(clients.EC2, cloud.InstancesOptions{}),
 		Clock:           clock.RealClock{},
 		Namespace:       o.Namespace,
+		SeatImage:       o.SeatImage,
 		TelemetryWindow: o.TelemetryWindow,
 		Bridge:          o.Bridge,
+		PlacementScorer: cloud.NewPlacementScorer(clients.EC2, cloud.PlacementOptions{}),
+		ReclaimBack:     reclaimback.Options{Off: o.ReclaimBack == ReclaimBackOff, Poll: o.ReclaimBackPoll, Region: clients.Config.Region},
 		WarmPool: warmpool.Options{
 			BootTimeout: o.BootTimeout, Resync: o.Resync,
 			Prices: cost.Prices{OnDemandHourly: o.OnDemandPrice, SpotFraction: o.SpotFraction, EBSGiBMonth: o.EBSPrice},

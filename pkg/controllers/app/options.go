@@ -14,6 +14,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsclient"
 	"github.com/lifeboat-k8s/lifeboat/pkg/component"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/bridge"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cost"
 )
 
@@ -42,9 +43,22 @@ type Options struct {
 	SQSWait         time.Duration
 	SQSVisibility   time.Duration
 	APIClient       component.APIClient
+	// ReclaimBack is "auto" (run when the ReclaimBackPolicy CRD is installed; idle without a
+	// policy) or "off"; ReclaimBackPoll its requeue period while a move is in flight.
+	ReclaimBack     string
+	ReclaimBackPoll time.Duration
+	// SeatImage runs in the handoff's seats (docs/WARMPOOL.md "Handoff"): mirror it for
+	// clusters that pull from a private registry only.
+	SeatImage string
 
 	Logging component.Logging
 }
+
+// Values of --reclaim-back.
+const (
+	ReclaimBackAuto = "auto"
+	ReclaimBackOff  = "off"
+)
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
@@ -57,6 +71,7 @@ func NewOptions() *Options {
 		LeaderElectionID:        "lifeboat-controller",
 		Namespace:               v1alpha1.DefaultNamespace,
 		TelemetryWindow:         time.Hour,
+		SeatImage:               handoff.DefaultSeatImage,
 		BootTimeout:             10 * time.Minute,
 		Resync:                  time.Minute,
 		EBSPrice:                cost.DefaultEBSGiBMonth,
@@ -65,6 +80,8 @@ func NewOptions() *Options {
 		SQSVisibility:           30 * time.Second,
 		APIClient:               component.APIClient{QPS: 50, Burst: 100},
 		Logging:                 component.NewLogging(),
+		ReclaimBack:             ReclaimBackAuto,
+		ReclaimBackPoll:         5 * time.Second,
 	}
 	return o
 }
@@ -80,7 +97,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among replicas (lease "+v1alpha1.DefaultNamespace+"/lifeboat-controller, not the scheduler's).")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election lease.")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Lifeboat's namespace (pre-pull Pods, telemetry and resume-ledger ConfigMaps).")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Lifeboat's namespace (pre-pull Pods, the handoff's seats, telemetry and resume-ledger ConfigMaps).")
+	fs.StringVar(&o.SeatImage, "seat-image", o.SeatImage, "Image of the handoff's seats, the placeholder Pods that keep room on ordinary capacity for the lifeboat Pods it will evict.")
 	fs.DurationVar(&o.TelemetryWindow, "telemetry-window", o.TelemetryWindow, "Sliding window of the capacity-pool interruption telemetry.")
 	fs.DurationVar(&o.BootTimeout, "boot-timeout", o.BootTimeout, "Replace a launched instance whose Node has not registered by then.")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "Steady-state re-list period of each WarmPool's instances.")
@@ -89,6 +107,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.EBSPrice, "ebs-gib-month-price", o.EBSPrice, "EBS price per GiB-month, for the cost estimates.")
 	fs.DurationVar(&o.SQSWait, "sqs-wait-time", o.SQSWait, "SQS long-poll duration (at most 20s, SQS's limit).")
 	fs.DurationVar(&o.SQSVisibility, "sqs-visibility-timeout", o.SQSVisibility, "SQS visibility timeout of a received notice (redelivery after a failed handling).")
+	fs.StringVar(&o.ReclaimBack, "reclaim-back", o.ReclaimBack, "Reclaim-back of On-Demand fallback nodes to Spot (docs/RECLAIMBACK.md): auto (runs when the ReclaimBackPolicy CRD is installed, acts only on ReclaimBackPolicies) or off.")
+	fs.DurationVar(&o.ReclaimBackPoll, "reclaim-back-poll", o.ReclaimBackPoll, "Requeue period of a reclaim-back move in flight.")
 	o.APIClient.AddFlags(fs, "a burst of interruptions writes several objects per Node")
 }
 
@@ -126,8 +146,17 @@ func (o *Options) Validate() error {
 	if o.SpotFraction <= 0 || o.SpotFraction > 1 {
 		add("--spot-price-fraction %g must be in (0, 1]", o.SpotFraction)
 	}
+	if strings.TrimSpace(o.SeatImage) == "" {
+		add("--seat-image must name an image (default %s)", handoff.DefaultSeatImage)
+	}
 	if err := o.APIClient.Validate(); err != nil {
 		add("%v", err)
+	}
+	if o.ReclaimBack != ReclaimBackAuto && o.ReclaimBack != ReclaimBackOff {
+		add("--reclaim-back %q must be %s or %s", o.ReclaimBack, ReclaimBackAuto, ReclaimBackOff)
+	}
+	if o.ReclaimBackPoll <= 0 {
+		add("--reclaim-back-poll %s must be positive", o.ReclaimBackPoll)
 	}
 	if o.Namespace == "" {
 		add("--namespace must not be empty")

@@ -24,6 +24,10 @@ func TestValidate(t *testing.T) {
 		"no namespace":         {args: []string{"--namespace="}, want: []string{"--namespace"}},
 		"no visibility":        {args: []string{"--sqs-visibility-timeout=0s"}, want: []string{"--sqs-visibility-timeout"}},
 		"negative window":      {args: []string{"--telemetry-window=-1h"}, want: []string{"--telemetry-window"}},
+		"reclaim-back off":     {args: []string{"--reclaim-back=off"}},
+		"no seat image":        {args: []string{"--seat-image= "}, want: []string{"--seat-image"}},
+		"mirrored seat image":  {args: []string{"--seat-image=registry.example.com/pause:3.10"}},
+		"reclaim-back typo":    {args: []string{"--reclaim-back=on", "--reclaim-back-poll=0s"}, want: []string{"--reclaim-back \"on\"", "--reclaim-back-poll"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := NewOptions()

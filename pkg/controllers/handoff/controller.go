@@ -53,11 +53,16 @@ type Controller struct {
 	recorder events.EventRecorder
 	// Poll is the requeue period during a drain. Default 2s.
 	Poll time.Duration
+	// Namespace of the seats (seat.go): Lifeboat's. Default lifeboat-system.
+	Namespace string
+	// SeatImage runs in the seats. Default DefaultSeatImage.
+	SeatImage string
 }
 
 // New returns the controller.
 func New(c client.Client, clk clock.Clock, recorder events.EventRecorder) *Controller {
-	return &Controller{client: c, clock: clk, recorder: recorder, Poll: 2 * time.Second}
+	return &Controller{client: c, clock: clk, recorder: recorder, Poll: 2 * time.Second,
+		Namespace: v1alpha1.DefaultNamespace, SeatImage: DefaultSeatImage}
 }
 
 func serving(o client.Object) bool {
@@ -90,6 +95,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	now := c.clock.Now()
+	if err := c.syncSeats(ctx, n); err != nil {
+		// Seats only save time: the handoff goes on without them.
+		log.Error(err, "Keeping seats for the Pods the handoff will evict")
+	}
 	if nodeutil.State(n) == v1alpha1.NodeStateActive {
 		return c.maybeStart(ctx, pool, n, now)
 	}
@@ -207,8 +216,8 @@ func (c *Controller) latestHold(ctx context.Context, now time.Time) (time.Time, 
 	return latest, nil
 }
 
-// replacementReady: no protected Pod is Pending or held by the bridge, and every Karpenter
-// NodeClaim is initialized.
+// replacementReady: no protected Pod is Pending or held by the bridge, every seat is placed,
+// and every Karpenter NodeClaim is initialized.
 func (c *Controller) replacementReady(ctx context.Context, now time.Time) (bool, error) {
 	if until, err := c.latestHold(ctx, now); err != nil || now.Before(until) {
 		return false, err
@@ -219,6 +228,16 @@ func (c *Controller) replacementReady(ctx context.Context, now time.Time) (bool,
 	}
 	for i := range pods.Items {
 		if pods.Items[i].Status.Phase == corev1.PodPending {
+			return false, nil
+		}
+	}
+	// A seat not yet placed is room the handoff's evictions would wait for.
+	seats := &corev1.PodList{}
+	if err := c.client.List(ctx, seats, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}); err != nil {
+		return false, err
+	}
+	for i := range seats.Items {
+		if seats.Items[i].Spec.NodeName == "" {
 			return false, nil
 		}
 	}
@@ -296,6 +315,12 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 					continue
 				}
 				err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+				if err == nil {
+					// Its replacement takes the room the seat kept.
+					if err := c.deleteSeat(ctx, SeatName(p.Namespace, p.Name)); err != nil {
+						errs = append(errs, err)
+					}
+				}
 				switch {
 				case apierrors.IsTooManyRequests(err):
 					blocked = append(blocked, p.Namespace+"/"+p.Name)
@@ -315,6 +340,12 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 }
 
 func (c *Controller) replicaSetOwners(ctx context.Context, pods []*corev1.Pod) (map[string]string, error) {
+	return ReplicaSetOwners(ctx, c.client, pods)
+}
+
+// ReplicaSetOwners maps "namespace/replicaset" of the Pods' ReplicaSets to the Deployment that
+// controls each ("" for none, or a ReplicaSet gone).
+func ReplicaSetOwners(ctx context.Context, c client.Reader, pods []*corev1.Pod) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range pods {
 		for _, o := range p.OwnerReferences {
@@ -326,7 +357,7 @@ func (c *Controller) replicaSetOwners(ctx context.Context, pods []*corev1.Pod) (
 				continue
 			}
 			rs := &appsv1.ReplicaSet{}
-			if err := c.client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: o.Name}, rs); err != nil {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: o.Name}, rs); err != nil {
 				if apierrors.IsNotFound(err) {
 					out[k] = ""
 					continue

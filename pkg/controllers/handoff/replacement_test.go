@@ -22,8 +22,13 @@ import (
 
 // TestReplacementReadyWaitsForBridgeHolds: with handoff WhenReplacementReady a lifeboat is not
 // handed off while a protected Pod is held by the bridge (a StatefulSet Pod waiting for its
-// turn to move onto the lifeboat); an expired or released hold does not block it.
+// turn to move onto the lifeboat) or a seat waits for a node; an expired or released hold does
+// not block it.
 func TestReplacementReadyWaitsForBridgeHolds(t *testing.T) {
+	seatPod := func(node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultNamespace, Name: SeatName("app", "db-0"),
+			Labels: map[string]string{v1alpha1.LabelSeat: "true"}}, Spec: corev1.PodSpec{NodeName: node}}
+	}
 	protectedPod := func(hold string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db-3",
 			Labels: map[string]string{v1alpha1.LabelProtected: "true"}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
@@ -40,6 +45,8 @@ func TestReplacementReadyWaitsForBridgeHolds(t *testing.T) {
 		"held by the bridge":    {pod: protectedPod(nodeutil.FormatTime(hpaNow.Add(30 * time.Second))), want: false},
 		"hold expired":          {pod: protectedPod(nodeutil.FormatTime(hpaNow.Add(-time.Second))), want: true},
 		"hold released (moved)": {pod: protectedPod(v1alpha1.EvictionHoldReleased), want: true},
+		"a seat not placed yet": {pod: seatPod(""), want: false},
+		"every seat placed":     {pod: seatPod("ip-10-0-0-9"), want: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// No Karpenter CRDs in this fake: NodeClaims are "no match", as without Karpenter.

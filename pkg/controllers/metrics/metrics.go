@@ -75,3 +75,32 @@ func init() {
 	crmetrics.Registry.MustRegister(PoolNodes, Interruptions, ResumeSeconds, HandoffSeconds, PoolCostDollars, PoolMonthlyCostDollars, ResumeDecisions,
 		BridgeHolds, BridgeReleases, BridgeRemoved)
 }
+
+// Results of lifeboat_reclaimback_moves_total.
+const (
+	ResultTried     = "tried"
+	ResultSucceeded = "succeeded"
+	ResultAborted   = "aborted"
+)
+
+var (
+	// ReclaimBackFallbackNodes: lifeboat_reclaimback_fallback_nodes{policy}.
+	ReclaimBackFallbackNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lifeboat_reclaimback_fallback_nodes",
+		Help: "Karpenter On-Demand fallback nodes of the NodePools a ReclaimBackPolicy selects that Spot could take back (movable now or moving), by policy.",
+	}, []string{"policy"})
+	// ReclaimBackMoves: lifeboat_reclaimback_moves_total{result}.
+	ReclaimBackMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lifeboat_reclaimback_moves_total",
+		Help: "Reclaim-back moves of On-Demand fallback nodes to Spot, by result: tried (started), succeeded (NodeClaim deleted after the replacements were Ready on Spot), aborted (On-Demand again, or the move timed out: undone and cooled down).",
+	}, []string{"result"})
+	// ReclaimBackNodeHoursReturned: lifeboat_reclaimback_ondemand_node_hours_returned_total.
+	ReclaimBackNodeHoursReturned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lifeboat_reclaimback_ondemand_node_hours_returned_total",
+		Help: "Estimated On-Demand node-hours not run thanks to reclaim-back: every node moved back to Spot counts from its move on.",
+	})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(ReclaimBackFallbackNodes, ReclaimBackMoves, ReclaimBackNodeHoursReturned)
+}
