@@ -470,4 +470,3 @@ func (c *Controller) sweepOrphanSurges(ctx context.Context, f *fleet) {
 		klog.FromContext(ctx).Info("Took back the surge of a move whose node is gone", "deployment", klog.KObj(d), "node", s.Node)
 	}
 }
-
