@@ -26,8 +26,8 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback/reclaimplan"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
 )
 
 var reclaimBackPolicyGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: "v1alpha1", Resource: "reclaimbackpolicies"}
@@ -271,9 +271,9 @@ func costColumns(c *v1alpha1.CostStatus) (monthly, overprovisioning string) {
 }
 
 // printFallback lists Karpenter's On-Demand nodes and whether their Pods could move to Spot
-// (reclaimback.FindFallback): capacity Karpenter fell back to in a Spot shortage and keeps.
+// (reclaimplan.FindFallback): capacity Karpenter fell back to in a Spot shortage and keeps.
 func printFallback(ctx context.Context, tw io.Writer, client kubernetes.Interface, dyn dynamic.Interface) error {
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelCapacityType + "=on-demand," + reclaimback.LabelNodePool})
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelCapacityType + "=on-demand," + reclaimplan.LabelNodePool})
 	if err != nil {
 		return err
 	}
@@ -303,12 +303,12 @@ func printFallback(ctx context.Context, tw io.Writer, client kubernetes.Interfac
 		p := &pods.Items[j]
 		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 	}
-	infos := make([]reclaimback.NodeInfo, 0, len(nodes.Items))
+	infos := make([]reclaimplan.NodeInfo, 0, len(nodes.Items))
 	for i := range nodes.Items {
-		infos = append(infos, reclaimback.NodeInfo{Node: &nodes.Items[i], Pods: byNode[nodes.Items[i].Name]})
+		infos = append(infos, reclaimplan.NodeInfo{Node: &nodes.Items[i], Pods: byNode[nodes.Items[i].Name]})
 	}
 	fmt.Fprintln(tw, "  NODE\tNODEPOOL\tPODS\tSPOT COULD TAKE IT BACK")
-	for _, c := range reclaimback.FindFallback(infos, spotAllowed, nil) {
+	for _, c := range reclaimplan.FindFallback(infos, spotAllowed, nil) {
 		pods, verdict := fmt.Sprint(c.Pods), "yes"
 		if c.Excluded != "" {
 			pods, verdict = "-", "no: "+c.Detail

@@ -182,7 +182,7 @@ type MoveStatus struct {
 
 // AnnotationReclaimBack on a Karpenter On-Demand Node being moved back to Spot: JSON of the
 // move (policy, NodePool, phase, start, the owners of its Pods) so that a restarted controller
-// finishes or undoes it (pkg/reclaimback.Move).
+// finishes or undoes it (pkg/controllers/reclaimback/reclaimplan.Move).
 const AnnotationReclaimBack = Group + "/reclaim-back"
 
 // Event reasons of reclaim-back, on the Node and its NodePool (a bounded set).

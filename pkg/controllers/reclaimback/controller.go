@@ -1,7 +1,7 @@
 // Package reclaimback is the reclaim-back controller: it moves Karpenter's On-Demand fallback
 // nodes back to Spot once Spot capacity is back, one node at a time, surge first, inside the
 // maintenance windows of a ReclaimBackPolicy (docs/RECLAIMBACK.md). It fetches, calls the pure
-// decisions of pkg/reclaimback (FindFallback, Gate, SpotStable, DecideMove) and writes; the
+// decisions of reclaimplan (FindFallback, Gate, SpotStable, DecideMove) and writes; the
 // state of a move is on its Node (lifeboat.dev/reclaim-back) and in the surged Deployments
 // (lifeboat.dev/handoff-surge), so a restarted controller finishes or undoes it.
 package reclaimback
@@ -41,7 +41,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback/reclaimplan"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
@@ -119,7 +119,7 @@ func New(c client.Client, scorer cloud.PlacementScorer, clk clock.Clock, recorde
 // Register adds the controller: policies, and Karpenter's Nodes mapped to every policy. With
 // no policy, a Node event lists none from the cache and nothing else runs.
 func (c *Controller) Register(mgr ctrl.Manager) error {
-	karpenterNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[reclaimback.LabelNodePool] != "" })
+	karpenterNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[reclaimplan.LabelNodePool] != "" })
 	// Status heartbeats do not change what reclaim-back sees; labels (capacity type, NodePool),
 	// the move record, cordons and deletions do.
 	changed := predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.Funcs{
@@ -156,7 +156,7 @@ type fleet struct {
 	spotAllowed map[string]bool
 	nodes       map[string]*corev1.Node
 	byPool      map[string][]*corev1.Node
-	infos       []reclaimback.NodeInfo
+	infos       []reclaimplan.NodeInfo
 	podsOf      map[string][]*corev1.Pod
 }
 
@@ -184,7 +184,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	before := p.DeepCopy()
 	now := c.clock.Now()
-	sched, err := reclaimback.ScheduleOf(p.Spec)
+	sched, err := reclaimplan.ScheduleOf(p.Spec)
 	if err != nil {
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPolicyInvalid, Message: err.Error(), ObservedGeneration: p.Generation})
 		return reconcile.Result{}, c.writeStatus(ctx, before, p)
@@ -198,8 +198,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	inFlight, moving, errs := c.advanceAll(ctx, p, f, now)
 	c.sweepOrphanSurges(ctx, f)
 
-	var movable []reclaimback.Candidate
-	for _, cand := range reclaimback.FindFallback(f.infos, f.spotAllowed, f.selected) {
+	var movable []reclaimplan.Candidate
+	for _, cand := range reclaimplan.FindFallback(f.infos, f.spotAllowed, f.selected) {
 		n := f.nodes[cand.Node]
 		if cand.Excluded != "" || moving[cand.Node] || n.Spec.Unschedulable {
 			continue // cordoned by someone else: being drained, or kept aside on purpose
@@ -208,9 +208,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	fallback := len(movable) + len(inFlight)
 	metrics.ReclaimBackFallbackNodes.WithLabelValues(p.Name).Set(float64(fallback))
-	gate := reclaimback.Gate{
+	gate := reclaimplan.Gate{
 		Now: now, Schedule: sched, InFlight: len(inFlight), Movable: len(movable),
-		MaxInFlight: reclaimback.MaxInFlight(p.Spec.MaxInFlight, fallback),
+		MaxInFlight: reclaimplan.MaxInFlight(p.Spec.MaxInFlight, fallback),
 	}
 	if p.Status.CoolDownUntil != nil {
 		gate.CoolDownUntil = p.Status.CoolDownUntil.Time
@@ -253,7 +253,7 @@ func (c *Controller) advanceAll(ctx context.Context, p *v1alpha1.ReclaimBackPoli
 	inFlight := []v1alpha1.MoveStatus{}
 	moving := map[string]bool{}
 	for _, n := range f.nodes {
-		m, ok, err := reclaimback.ParseMove(n.Annotations)
+		m, ok, err := reclaimplan.ParseMove(n.Annotations)
 		if ok {
 			moving[n.Name] = true
 		}
@@ -268,7 +268,7 @@ func (c *Controller) advanceAll(ctx context.Context, p *v1alpha1.ReclaimBackPoli
 		if err != nil {
 			errs = append(errs, fmt.Errorf("move %s: %w", n.Name, err))
 		}
-		if phase != "" && phase != reclaimback.PhaseDone {
+		if phase != "" && phase != reclaimplan.PhaseDone {
 			inFlight = append(inFlight, v1alpha1.MoveStatus{Node: n.Name, NodePool: m.NodePool, Phase: string(phase), Started: metav1.NewTime(m.Started)})
 		}
 	}
@@ -289,14 +289,14 @@ func (c *Controller) finalize(ctx context.Context, p *v1alpha1.ReclaimBackPolicy
 	now := c.clock.Now()
 	var errs []error
 	for _, n := range f.nodes {
-		m, ok, err := reclaimback.ParseMove(n.Annotations)
-		if !ok || err != nil || m.Policy != p.Name || m.Phase == reclaimback.PhaseDone {
+		m, ok, err := reclaimplan.ParseMove(n.Annotations)
+		if !ok || err != nil || m.Policy != p.Name || m.Phase == reclaimplan.PhaseDone {
 			continue
 		}
-		if m.Phase != reclaimback.PhaseAborting {
-			m.Reason = reclaimback.AbortPolicyDeleted
+		if m.Phase != reclaimplan.PhaseAborting {
+			m.Reason = reclaimplan.AbortPolicyDeleted
 		}
-		step := reclaimback.Step{Action: reclaimback.ActionAbort, Reason: m.Reason, Message: "the ReclaimBackPolicy is being deleted"}
+		step := reclaimplan.Step{Action: reclaimplan.ActionAbort, Reason: m.Reason, Message: "the ReclaimBackPolicy is being deleted"}
 		if _, err := c.abort(ctx, p, n, m, step, f.pools[m.NodePool], now); err != nil {
 			errs = append(errs, fmt.Errorf("undo the move of %s: %w", n.Name, err))
 		}
@@ -312,7 +312,7 @@ func (c *Controller) finalize(ctx context.Context, p *v1alpha1.ReclaimBackPolicy
 // ConditionReady is the policy's Ready condition type.
 const ConditionReady = "Ready"
 
-func (c *Controller) setBlocked(p *v1alpha1.ReclaimBackPolicy, res reclaimback.GateResult) {
+func (c *Controller) setBlocked(p *v1alpha1.ReclaimBackPolicy, res reclaimplan.GateResult) {
 	cond := metav1.Condition{Type: v1alpha1.ConditionBlocked, Status: metav1.ConditionTrue, Reason: res.Reason, Message: res.Message, ObservedGeneration: p.Generation}
 	if res.Reason == v1alpha1.ReasonNotBlocked || res.Reason == "" {
 		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonNotBlocked
@@ -329,7 +329,7 @@ func (c *Controller) accrue(p *v1alpha1.ReclaimBackPolicy, now time.Time) {
 	if p.Status.AccountedAt != nil {
 		since = p.Status.AccountedAt.Time
 	}
-	total := reclaimback.Accrue(prev, p.Status.ReturnedNodes, since, now)
+	total := reclaimplan.Accrue(prev, p.Status.ReturnedNodes, since, now)
 	if total > prev {
 		metrics.ReclaimBackNodeHoursReturned.Add(total - prev)
 	}
@@ -365,20 +365,20 @@ func (c *Controller) look(ctx context.Context, p *v1alpha1.ReclaimBackPolicy) (*
 		np := &pools.Items[i]
 		f.pools[np.Name] = np
 		f.spotAllowed[np.Name] = nodepool.Assess(np).SpotAllowed
-		sel, err := reclaimback.Selected(p.Spec.NodePools, np.Name, np.Labels)
+		sel, err := reclaimplan.Selected(p.Spec.NodePools, np.Name, np.Labels)
 		if err != nil {
 			return nil, err
 		}
 		f.selected[np.Name] = sel
 	}
 	nodes := &corev1.NodeList{}
-	if err := c.client.List(ctx, nodes, client.HasLabels{reclaimback.LabelNodePool}); err != nil {
+	if err := c.client.List(ctx, nodes, client.HasLabels{reclaimplan.LabelNodePool}); err != nil {
 		return nil, fmt.Errorf("list Karpenter's nodes: %w", err)
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		f.nodes[n.Name] = n
-		f.byPool[n.Labels[reclaimback.LabelNodePool]] = append(f.byPool[n.Labels[reclaimback.LabelNodePool]], n)
+		f.byPool[n.Labels[reclaimplan.LabelNodePool]] = append(f.byPool[n.Labels[reclaimplan.LabelNodePool]], n)
 		if n.Labels[v1alpha1.LabelCapacityType] != "on-demand" {
 			continue
 		}
@@ -387,7 +387,7 @@ func (c *Controller) look(ctx context.Context, p *v1alpha1.ReclaimBackPolicy) (*
 			return nil, err
 		}
 		f.podsOf[n.Name] = pods
-		f.infos = append(f.infos, reclaimback.NodeInfo{Node: n, Pods: pods})
+		f.infos = append(f.infos, reclaimplan.NodeInfo{Node: n, Pods: pods})
 	}
 	return f, nil
 }
@@ -407,9 +407,9 @@ func (c *Controller) podsOn(ctx context.Context, node string) ([]*corev1.Pod, er
 // startMoves starts up to slots moves, cheapest first, each after its NodePool passed the
 // Spot stability check and the placement probe (one probe per NodePool per pass). blocked says
 // why none started.
-func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, movable []reclaimback.Candidate, slots int, f *fleet, now time.Time) (started []v1alpha1.MoveStatus, blocked reclaimback.GateResult) {
+func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, movable []reclaimplan.Candidate, slots int, f *fleet, now time.Time) (started []v1alpha1.MoveStatus, blocked reclaimplan.GateResult) {
 	log := klog.FromContext(ctx)
-	verdict := map[string]*reclaimback.GateResult{} // per NodePool: nil passes
+	verdict := map[string]*reclaimplan.GateResult{} // per NodePool: nil passes
 	tel := c.telemetry(ctx)
 	for _, cand := range movable {
 		if len(started) >= slots {
@@ -428,7 +428,7 @@ func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPoli
 		ms, err := c.startMove(ctx, p, n, cand.NodePool, f, now)
 		if err != nil {
 			log.Error(err, "Starting a reclaim-back move", "node", klog.KObj(n))
-			blocked = reclaimback.GateResult{Reason: v1alpha1.ReasonStartFailed, Message: err.Error()}
+			blocked = reclaimplan.GateResult{Reason: v1alpha1.ReasonStartFailed, Message: err.Error()}
 			continue
 		}
 		started = append(started, ms)
@@ -438,25 +438,25 @@ func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPoli
 
 // spotBack checks that Spot is back for a NodePool: no interruption of its Spot types for
 // minSpotStability, and a placement score ≥ minPlacementScore in every zone it uses. nil passes.
-func (c *Controller) spotBack(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, pool string, f *fleet, tel *telemetry.Telemetry, now time.Time) *reclaimback.GateResult {
+func (c *Controller) spotBack(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, pool string, f *fleet, tel *telemetry.Telemetry, now time.Time) *reclaimplan.GateResult {
 	var reqs []corev1.NodeSelectorRequirement
 	if np := f.pools[pool]; np != nil {
 		for _, r := range np.Spec.Template.Spec.Requirements {
 			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: r.Key, Operator: r.Operator, Values: r.Values})
 		}
 	}
-	instanceTypes, zoneIDs := reclaimback.ProbeScope(reqs, f.byPool[pool])
+	instanceTypes, zoneIDs := reclaimplan.ProbeScope(reqs, f.byPool[pool])
 	stability := durationOr(p.Spec.MinSpotStability, 30*time.Minute)
-	if ok, last := reclaimback.SpotStable(tel, instanceTypes, now, stability); !ok {
-		return &reclaimback.GateResult{Reason: v1alpha1.ReasonSpotUnstable,
+	if ok, last := reclaimplan.SpotStable(tel, instanceTypes, now, stability); !ok {
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonSpotUnstable,
 			Message: fmt.Sprintf("NodePool %s: a Spot interruption of its instance types at %s, less than minSpotStability %s ago", pool, last.UTC().Format(time.RFC3339), stability)}
 	}
 	if c.scorer == nil {
-		return &reclaimback.GateResult{Reason: v1alpha1.ReasonProbeFailed, Message: "no Spot placement scorer configured (AWS clients)"}
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonProbeFailed, Message: "no Spot placement scorer configured (AWS clients)"}
 	}
 	if len(instanceTypes) == 0 || len(zoneIDs) == 0 {
-		return &reclaimback.GateResult{Reason: v1alpha1.ReasonProbeFailed,
-			Message: fmt.Sprintf("NodePool %s: cannot probe Spot: instance types %v, zone IDs %v (nodes need the label %s)", pool, instanceTypes, zoneIDs, reclaimback.LabelZoneID)}
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonProbeFailed,
+			Message: fmt.Sprintf("NodePool %s: cannot probe Spot: instance types %v, zone IDs %v (nodes need the label %s)", pool, instanceTypes, zoneIDs, reclaimplan.LabelZoneID)}
 	}
 	key := strings.Join(instanceTypes, ",") + "|" + strings.Join(zoneIDs, ",")
 	r, fresh := c.probes.get(key, now, c.opts.ProbeTTL)
@@ -470,14 +470,14 @@ func (c *Controller) spotBack(ctx context.Context, p *v1alpha1.ReclaimBackPolicy
 		c.probes.put(key, r)
 	}
 	if r.err != nil {
-		return &reclaimback.GateResult{Reason: v1alpha1.ReasonProbeFailed, Message: fmt.Sprintf("NodePool %s: %v", pool, r.err)}
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonProbeFailed, Message: fmt.Sprintf("NodePool %s: %v", pool, r.err)}
 	}
 	minScore := p.Spec.MinPlacementScore
 	if minScore == 0 {
 		minScore = 7
 	}
 	if score := r.score; score < int(minScore) {
-		return &reclaimback.GateResult{Reason: v1alpha1.ReasonLowPlacementScore,
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonLowPlacementScore,
 			Message: fmt.Sprintf("NodePool %s: Spot placement score %d over zones %v, below minPlacementScore %d", pool, score, zoneIDs, minScore)}
 	}
 	return nil
@@ -511,7 +511,7 @@ func (c *Controller) startMove(ctx context.Context, p *v1alpha1.ReclaimBackPolic
 	if err != nil {
 		return v1alpha1.MoveStatus{}, err
 	}
-	m := reclaimback.Move{Policy: p.Name, NodePool: pool, Phase: reclaimback.PhaseSurging, Started: now.UTC().Truncate(time.Second), Owners: reclaimback.OwnersOf(pods, rs)}
+	m := reclaimplan.Move{Policy: p.Name, NodePool: pool, Phase: reclaimplan.PhaseSurging, Started: now.UTC().Truncate(time.Second), Owners: reclaimplan.OwnersOf(pods, rs)}
 	before := n.DeepCopy()
 	nodeutil.EnsureMaps(n)
 	n.Spec.Unschedulable = true
@@ -538,7 +538,7 @@ func (c *Controller) event(n *corev1.Node, np *karpv1.NodePool, typ, reason, msg
 
 // recordResult counts a finished move in the status, once: status.lastMove names it, so a
 // restart between this write and the node's is not counted twice.
-func (c *Controller) recordResult(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, node string, m reclaimback.Move, succeeded bool, now time.Time) error {
+func (c *Controller) recordResult(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, node string, m reclaimplan.Move, succeeded bool, now time.Time) error {
 	if lm := p.Status.LastMove; lm != nil && lm.Node == node && lm.Started.Time.Equal(m.Started) {
 		return nil
 	}
@@ -558,7 +558,7 @@ func (c *Controller) recordResult(ctx context.Context, p *v1alpha1.ReclaimBackPo
 		p.Status.Aborted++
 		p.Status.ConsecutiveFailures++
 		cd := p.Spec.CoolDown
-		wait := reclaimback.CoolDown(int(p.Status.ConsecutiveFailures), orDefault(cd.Initial.Duration, 10*time.Minute), orDefault(cd.Max.Duration, 4*time.Hour))
+		wait := reclaimplan.CoolDown(int(p.Status.ConsecutiveFailures), orDefault(cd.Initial.Duration, 10*time.Minute), orDefault(cd.Max.Duration, 4*time.Hour))
 		p.Status.CoolDownUntil = &metav1.Time{Time: now.Add(wait)}
 		metrics.ReclaimBackMoves.WithLabelValues(metrics.ResultAborted).Inc()
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/cloudtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/indexes"
-	"github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback/reclaimplan"
 )
 
 // Wednesday 2026-12-02 23:00 UTC.
@@ -45,8 +45,8 @@ func scheme() *runtime.Scheme {
 
 func karpenterNode(name, capacity string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		reclaimback.LabelNodePool: "default", v1alpha1.LabelCapacityType: capacity,
-		v1alpha1.LabelInstanceType: "m5.large", reclaimback.LabelZoneID: "use1-az1",
+		reclaimplan.LabelNodePool: "default", v1alpha1.LabelCapacityType: capacity,
+		v1alpha1.LabelInstanceType: "m5.large", reclaimplan.LabelZoneID: "use1-az1",
 	}}}
 }
 
@@ -128,9 +128,9 @@ func (h *harness) node(name string) *corev1.Node {
 	return n
 }
 
-func (h *harness) move(name string) (reclaimback.Move, bool) {
+func (h *harness) move(name string) (reclaimplan.Move, bool) {
 	h.t.Helper()
-	m, ok, err := reclaimback.ParseMove(h.node(name).Annotations)
+	m, ok, err := reclaimplan.ParseMove(h.node(name).Annotations)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -195,10 +195,10 @@ func TestMoveSucceeds(t *testing.T) {
 	h := newHarness(t, policy(nil))
 	h.reconcile()
 	m, ok := h.move("od-1")
-	if !ok || m.Phase != reclaimback.PhaseSurging || !h.node("od-1").Spec.Unschedulable {
+	if !ok || m.Phase != reclaimplan.PhaseSurging || !h.node("od-1").Spec.Unschedulable {
 		t.Fatalf("after the first pass: move %+v (%v), want od-1 cordoned and Surging", m, ok)
 	}
-	if len(m.Owners) != 1 || m.Owners[0] != (reclaimback.Owner{Kind: reclaimback.KindDeployment, Namespace: "shop", Name: "web", Pods: 2}) {
+	if len(m.Owners) != 1 || m.Owners[0] != (reclaimplan.Owner{Kind: reclaimplan.KindDeployment, Namespace: "shop", Name: "web", Pods: 2}) {
 		t.Errorf("owners %+v, want Deployment shop/web with 2 Pods", m.Owners)
 	}
 	if _, moving := h.move("od-2"); moving {
@@ -231,7 +231,7 @@ func TestMoveSucceeds(t *testing.T) {
 	h.create(c1, c2)
 	h.restart()
 	h.reconcile()
-	if m, _ := h.move("od-1"); m.Phase != reclaimback.PhaseSurging {
+	if m, _ := h.move("od-1"); m.Phase != reclaimplan.PhaseSurging {
 		t.Fatalf("one replacement not Ready: phase %s, want Surging", m.Phase)
 	}
 	c2 = h.pod("web-d")
@@ -241,7 +241,7 @@ func TestMoveSucceeds(t *testing.T) {
 	}
 	h.restart()
 	h.reconcile()
-	if m, _ := h.move("od-1"); m.Phase != reclaimback.PhaseDraining {
+	if m, _ := h.move("od-1"); m.Phase != reclaimplan.PhaseDraining {
 		t.Fatalf("replacements Ready on Spot: phase %s, want Draining", m.Phase)
 	}
 	d = h.deployment()
@@ -269,7 +269,7 @@ func TestMoveSucceeds(t *testing.T) {
 	if err := h.c.Get(context.Background(), types.NamespacedName{Name: "default-abc"}, &karpv1.NodeClaim{}); err == nil {
 		t.Fatal("the empty node's NodeClaim was not deleted")
 	}
-	if m, _ := h.move("od-1"); m.Phase != reclaimback.PhaseDone {
+	if m, _ := h.move("od-1"); m.Phase != reclaimplan.PhaseDone {
 		t.Errorf("phase %s, want Done", m.Phase)
 	}
 	st := h.policy().Status
@@ -344,7 +344,7 @@ func TestRestartWhileAborting(t *testing.T) {
 	m, _ := h.move("od-1")
 	n := h.node("od-1")
 	before := n.DeepCopy()
-	m.Phase, m.Reason = reclaimback.PhaseAborting, reclaimback.AbortTimeout
+	m.Phase, m.Reason = reclaimplan.PhaseAborting, reclaimplan.AbortTimeout
 	n.Annotations[v1alpha1.AnnotationReclaimBack] = m.Encode()
 	if err := h.c.Patch(context.Background(), n, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
@@ -354,7 +354,7 @@ func TestRestartWhileAborting(t *testing.T) {
 	h.restart()
 	h.reconcile()
 	st := h.policy().Status
-	if _, ok := h.move("od-1"); ok || st.Aborted != 1 || st.LastMove == nil || st.LastMove.Reason != reclaimback.AbortTimeout {
+	if _, ok := h.move("od-1"); ok || st.Aborted != 1 || st.LastMove == nil || st.LastMove.Reason != reclaimplan.AbortTimeout {
 		t.Errorf("after the restart: moving %v, status %+v", ok, st)
 	}
 	if d := h.deployment(); *d.Spec.Replicas != 2 {

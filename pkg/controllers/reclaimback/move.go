@@ -22,8 +22,8 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback/reclaimplan"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
-	"github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
 )
 
 // SurgedBy marks the handoff-surge records this controller writes, so that a surge whose node
@@ -39,59 +39,59 @@ type surgeRecord struct {
 
 // advance takes one step of a move in flight (DecideMove) and returns its phase after the
 // step, "" once the move is over and the record gone.
-func (c *Controller) advance(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, n *corev1.Node, m reclaimback.Move, f *fleet, now time.Time) (reclaimback.Phase, error) {
+func (c *Controller) advance(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, n *corev1.Node, m reclaimplan.Move, f *fleet, now time.Time) (reclaimplan.Phase, error) {
 	log := klog.FromContext(ctx).WithValues("node", klog.KObj(n), "phase", m.Phase)
 	ctx = klog.NewContext(ctx, log)
 	o, err := c.observe(ctx, n, m, f, now, durationOr(p.Spec.MoveTimeout, 15*time.Minute))
 	if err != nil {
 		return m.Phase, err
 	}
-	step := reclaimback.DecideMove(o)
+	step := reclaimplan.DecideMove(o)
 	np := f.pools[m.NodePool]
 	switch step.Action {
-	case reclaimback.ActionWait:
-		if m.Phase == reclaimback.PhaseSurging {
+	case reclaimplan.ActionWait:
+		if m.Phase == reclaimplan.PhaseSurging {
 			// Idempotent: a restart between a surge and its HPA's patch raises the HPA now.
 			return m.Phase, c.raiseHPAs(ctx, m, o)
 		}
 		return m.Phase, nil
-	case reclaimback.ActionSurge:
+	case reclaimplan.ActionSurge:
 		return m.Phase, c.surge(ctx, n, m, o)
-	case reclaimback.ActionDrain:
-		if m.Phase == reclaimback.PhaseSurging {
+	case reclaimplan.ActionDrain:
+		if m.Phase == reclaimplan.PhaseSurging {
 			// Record the phase first: a restart must never surge again a Deployment whose surge
 			// this step takes back.
-			m.Phase = reclaimback.PhaseDraining
+			m.Phase = reclaimplan.PhaseDraining
 			if err := c.setMove(ctx, n, m); err != nil {
-				return reclaimback.PhaseSurging, err
+				return reclaimplan.PhaseSurging, err
 			}
 			log.Info("Replacements Ready on Spot; taking the surges back", "owners", len(m.Owners))
 		}
 		return m.Phase, c.endSurges(ctx, n, m, true)
-	case reclaimback.ActionEvict:
+	case reclaimplan.ActionEvict:
 		return m.Phase, c.evict(ctx, n, step.Evict)
-	case reclaimback.ActionDeleteNodeClaim:
+	case reclaimplan.ActionDeleteNodeClaim:
 		if err := c.deleteNodeClaim(ctx, n); err != nil {
 			return m.Phase, err
 		}
 		if err := c.recordResult(ctx, p, n.Name, m, true, now); err != nil {
 			return m.Phase, err
 		}
-		m.Phase = reclaimback.PhaseDone
+		m.Phase = reclaimplan.PhaseDone
 		if err := c.setMove(ctx, n, m); err != nil {
-			return reclaimback.PhaseDone, err
+			return reclaimplan.PhaseDone, err
 		}
 		c.event(n, np, corev1.EventTypeNormal, v1alpha1.EventReclaimBackSucceeded,
 			fmt.Sprintf("Moved the On-Demand fallback node %s back to Spot in %s: its Pods run on Spot; NodeClaim deleted", n.Name, now.Sub(m.Started).Round(time.Second)))
 		log.Info("Reclaim-back move succeeded", "took", now.Sub(m.Started).Round(time.Second))
-		return reclaimback.PhaseDone, nil
-	case reclaimback.ActionAbort:
+		return reclaimplan.PhaseDone, nil
+	case reclaimplan.ActionAbort:
 		return c.abort(ctx, p, n, m, step, np, now)
 	}
 	return m.Phase, fmt.Errorf("unknown step %q", step.Action)
 }
 
-func (c *Controller) setMove(ctx context.Context, n *corev1.Node, m reclaimback.Move) error {
+func (c *Controller) setMove(ctx context.Context, n *corev1.Node, m reclaimplan.Move) error {
 	before := n.DeepCopy()
 	nodeutil.EnsureMaps(n)
 	n.Annotations[v1alpha1.AnnotationReclaimBack] = m.Encode()
@@ -102,8 +102,8 @@ func (c *Controller) setMove(ctx context.Context, n *corev1.Node, m reclaimback.
 }
 
 // observe fetches what DecideMove looks at.
-func (c *Controller) observe(ctx context.Context, n *corev1.Node, m reclaimback.Move, f *fleet, now time.Time, timeout time.Duration) (reclaimback.Observed, error) {
-	o := reclaimback.Observed{Now: now, Move: m, Timeout: timeout, Deployments: map[string]reclaimback.DeploymentState{}}
+func (c *Controller) observe(ctx context.Context, n *corev1.Node, m reclaimplan.Move, f *fleet, now time.Time, timeout time.Duration) (reclaimplan.Observed, error) {
+	o := reclaimplan.Observed{Now: now, Move: m, Timeout: timeout, Deployments: map[string]reclaimplan.DeploymentState{}}
 	since := m.Started.Truncate(time.Second) // creationTimestamp has whole seconds
 	onNode := map[string]*corev1.Pod{}
 	for _, pod := range f.podsOf[n.Name] {
@@ -126,7 +126,7 @@ func (c *Controller) observe(ctx context.Context, n *corev1.Node, m reclaimback.
 	}
 	for _, ow := range m.Owners {
 		switch ow.Kind {
-		case reclaimback.KindDeployment:
+		case reclaimplan.KindDeployment:
 			d := &appsv1.Deployment{}
 			if err := c.client.Get(ctx, types.NamespacedName{Namespace: ow.Namespace, Name: ow.Name}, d); err != nil {
 				if apierrors.IsNotFound(err) {
@@ -142,7 +142,7 @@ func (c *Controller) observe(ctx context.Context, n *corev1.Node, m reclaimback.
 			if err != nil {
 				return o, err
 			}
-			st := reclaimback.DeploymentState{Surged: phase == handoff.SurgeRunning, Busy: phase == handoff.SurgeWait, Target: handoff.SurgeTarget(s)}
+			st := reclaimplan.DeploymentState{Surged: phase == handoff.SurgeRunning, Busy: phase == handoff.SurgeWait, Target: handoff.SurgeTarget(s)}
 			for i := range pods {
 				if pods[i].Spec.NodeName != n.Name && pods[i].DeletionTimestamp.IsZero() && nodeutil.PodReady(&pods[i]) {
 					st.ReadyElsewhere++
@@ -152,14 +152,14 @@ func (c *Controller) observe(ctx context.Context, n *corev1.Node, m reclaimback.
 			offSpot(pods)
 			// After the scale-back, an old Pod the ReplicaSet kept (it removed a Pod that was not
 			// Ready elsewhere instead) is evicted once the Deployment has settled.
-			if m.Phase == reclaimback.PhaseDraining && !st.Surged && settled(d) {
+			if m.Phase == reclaimplan.PhaseDraining && !st.Surged && settled(d) {
 				for i := range pods {
 					if pods[i].Spec.NodeName == n.Name && pods[i].DeletionTimestamp.IsZero() && !nodeutil.IsTerminal(&pods[i]) {
 						o.Evictable = append(o.Evictable, pods[i].Namespace+"/"+pods[i].Name)
 					}
 				}
 			}
-		case reclaimback.KindStatefulSet:
+		case reclaimplan.KindStatefulSet:
 			ss := &appsv1.StatefulSet{}
 			if err := c.client.Get(ctx, types.NamespacedName{Namespace: ow.Namespace, Name: ow.Name}, ss); err != nil {
 				if apierrors.IsNotFound(err) {
@@ -187,7 +187,7 @@ func (c *Controller) observe(ctx context.Context, n *corev1.Node, m reclaimback.
 					o.Evictable = append(o.Evictable, pods[i].Namespace+"/"+pods[i].Name)
 				}
 			}
-		case reclaimback.KindPod:
+		case reclaimplan.KindPod:
 			if pod, ok := onNode[ow.Namespace+"/"+ow.Name]; ok && pod.DeletionTimestamp.IsZero() {
 				o.Evictable = append(o.Evictable, ow.Namespace+"/"+ow.Name)
 			}
@@ -229,11 +229,11 @@ func (c *Controller) podsOf(ctx context.Context, ns string, selector *metav1.Lab
 
 // surge raises each Deployment of the move that is not surged yet by its Pods on the node
 // (handoff.NewSurge; the record is written with the replica change), and the HPA's bounds.
-func (c *Controller) surge(ctx context.Context, n *corev1.Node, m reclaimback.Move, o reclaimback.Observed) error {
+func (c *Controller) surge(ctx context.Context, n *corev1.Node, m reclaimplan.Move, o reclaimplan.Observed) error {
 	var errs []error
 	for _, ow := range m.Owners {
 		st, ok := o.Deployments[ow.Key()]
-		if ow.Kind != reclaimback.KindDeployment || !ok || st.Surged || st.Busy {
+		if ow.Kind != reclaimplan.KindDeployment || !ok || st.Surged || st.Busy {
 			continue
 		}
 		d := &appsv1.Deployment{}
@@ -272,10 +272,10 @@ func (c *Controller) surge(ctx context.Context, n *corev1.Node, m reclaimback.Mo
 	return errors.Join(errs...)
 }
 
-func (c *Controller) raiseHPAs(ctx context.Context, m reclaimback.Move, o reclaimback.Observed) error {
+func (c *Controller) raiseHPAs(ctx context.Context, m reclaimplan.Move, o reclaimplan.Observed) error {
 	var errs []error
 	for _, ow := range m.Owners {
-		if st, ok := o.Deployments[ow.Key()]; ow.Kind != reclaimback.KindDeployment || !ok || !st.Surged {
+		if st, ok := o.Deployments[ow.Key()]; ow.Kind != reclaimplan.KindDeployment || !ok || !st.Surged {
 			continue
 		}
 		d := &appsv1.Deployment{}
@@ -291,11 +291,11 @@ func (c *Controller) raiseHPAs(ctx context.Context, m reclaimback.Move, o reclai
 // endSurges takes back this node's surges. leaving: the move succeeded, so the node's Pods
 // get the lowest deletion cost (the ReplicaSet removes them first); otherwise the Pods created
 // since the move started do (an abort keeps the old Pods where they are).
-func (c *Controller) endSurges(ctx context.Context, n *corev1.Node, m reclaimback.Move, leaving bool) error {
+func (c *Controller) endSurges(ctx context.Context, n *corev1.Node, m reclaimplan.Move, leaving bool) error {
 	var errs []error
 	since := m.Started.Truncate(time.Second)
 	for _, ow := range m.Owners {
-		if ow.Kind != reclaimback.KindDeployment {
+		if ow.Kind != reclaimplan.KindDeployment {
 			continue
 		}
 		d := &appsv1.Deployment{}
@@ -407,11 +407,11 @@ func (c *Controller) deleteNodeClaim(ctx context.Context, n *corev1.Node) error 
 // abort undoes a move: the phase first (a restart keeps undoing), the surges back with the new
 // Pods removed first, the failure counted and the cool-down set, then the node uncordoned and
 // its record removed.
-func (c *Controller) abort(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, n *corev1.Node, m reclaimback.Move, step reclaimback.Step, np *karpv1.NodePool, now time.Time) (reclaimback.Phase, error) {
-	if m.Phase != reclaimback.PhaseAborting {
-		m.Phase, m.Reason = reclaimback.PhaseAborting, step.Reason
+func (c *Controller) abort(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, n *corev1.Node, m reclaimplan.Move, step reclaimplan.Step, np *karpv1.NodePool, now time.Time) (reclaimplan.Phase, error) {
+	if m.Phase != reclaimplan.PhaseAborting {
+		m.Phase, m.Reason = reclaimplan.PhaseAborting, step.Reason
 		if err := c.setMove(ctx, n, m); err != nil {
-			return reclaimback.PhaseSurging, err
+			return reclaimplan.PhaseSurging, err
 		}
 		klog.FromContext(ctx).Info("Aborting the reclaim-back move", "reason", step.Reason, "detail", step.Message)
 	}

@@ -32,9 +32,9 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu/awsemutest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback/reclaimplan"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/localclustertest"
-	rb "github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
 )
 
 const (
@@ -56,7 +56,7 @@ spec:
   template:
     metadata:
       labels:
-        ` + rb.LabelZoneID + `: ` + zoneID + `
+        ` + reclaimplan.LabelZoneID + `: ` + zoneID + `
     spec:
       nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
       expireAfter: Never

@@ -25,7 +25,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
-	rb "github.com/lifeboat-k8s/lifeboat/pkg/reclaimback"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback/reclaimplan"
 )
 
 const (
@@ -129,7 +129,7 @@ func TestReclaimBack(t *testing.T) {
 	e.patchPolicy(ctx, func(s *v1alpha1.ReclaimBackPolicySpec) { s.Windows, s.Always = nil, true })
 	e.waitFor("the first try aborted", 2*time.Minute, e.policyCond(func(p *v1alpha1.ReclaimBackPolicy) (bool, string) {
 		lm := p.Status.LastMove
-		return p.Status.Aborted >= 1 && lm != nil && lm.Reason == rb.AbortOnDemandAgain && p.Status.CoolDownUntil != nil,
+		return p.Status.Aborted >= 1 && lm != nil && lm.Reason == reclaimplan.AbortOnDemandAgain && p.Status.CoolDownUntil != nil,
 			fmt.Sprintf("aborted %d lastMove %+v inFlight %+v", p.Status.Aborted, lm, p.Status.InFlight)
 	}))
 	// Gone, with its node, before the cool-down (30 s) ends: a retry would otherwise land on
@@ -139,7 +139,7 @@ func TestReclaimBack(t *testing.T) {
 	}
 	e.waitFor("od-first's nodes gone", 25*time.Second, func(ctx context.Context) (bool, string) {
 		list := &corev1.NodeList{}
-		if err := e.client.List(ctx, list, client.MatchingLabels{rb.LabelNodePool: "od-first"}); err != nil {
+		if err := e.client.List(ctx, list, client.MatchingLabels{reclaimplan.LabelNodePool: "od-first"}); err != nil {
 			return false, err.Error()
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d node(s)", len(list.Items))

@@ -2,7 +2,7 @@
 // when a maintenance window is open, which Karpenter On-Demand nodes are fallback capacity that
 // Spot could take back, and how long to cool down after a failed try. No API calls: the
 // controller fetches the inputs and writes the results.
-package reclaimback
+package reclaimplan
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package reclaimback
+package reclaimplan
 
 import (
 	"testing"
