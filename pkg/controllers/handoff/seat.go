@@ -63,7 +63,7 @@ func Seat(p *corev1.Pod, node *corev1.Node, namespace, image string) *corev1.Pod
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
 		},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  p.Spec.NodeSelector,
+			NodeSelector:                  seatNodeSelector(p, node),
 			Tolerations:                   seatTolerations(p.Spec.Tolerations),
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			AutomountServiceAccountToken:  ptr.To(false),
@@ -88,6 +88,24 @@ func Seat(p *corev1.Pod, node *corev1.Node, namespace, image string) *corev1.Pod
 		seat.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
 	}
 	return seat
+}
+
+// seatNodeSelector is the Pod's node selector, and the lifeboat's zone when the Pod mounts a
+// PersistentVolumeClaim: its volume (a zonal EBS volume, say) is in the zone the Pod runs in
+// now, so room in another zone would not take the Pod.
+func seatNodeSelector(p *corev1.Pod, node *corev1.Node) map[string]string {
+	zone := node.Labels[v1alpha1.LabelZone]
+	claims := false
+	for _, v := range p.Spec.Volumes {
+		claims = claims || v.PersistentVolumeClaim != nil || v.Ephemeral != nil
+	}
+	if !claims || zone == "" {
+		return p.Spec.NodeSelector
+	}
+	out := make(map[string]string, len(p.Spec.NodeSelector)+1)
+	maps.Copy(out, p.Spec.NodeSelector)
+	out[v1alpha1.LabelZone] = zone
+	return out
 }
 
 // seatTolerations are the Pod's tolerations less those that would let a seat onto a lifeboat

@@ -75,6 +75,20 @@ func TestSeat(t *testing.T) {
 	if s.Spec.Containers[0].Image != DefaultSeatImage || s.Spec.SchedulerName != "" || s.Spec.PriorityClassName != "" || *s.Spec.TerminationGracePeriodSeconds != 0 {
 		t.Errorf("image %q scheduler %q priority class %q grace %d", s.Spec.Containers[0].Image, s.Spec.SchedulerName, s.Spec.PriorityClassName, *s.Spec.TerminationGracePeriodSeconds)
 	}
+	// A Pod with a claim is pinned to the zone it runs in (its volume's); the Pod's own
+	// selector is not changed.
+	node.Labels = map[string]string{v1alpha1.LabelZone: "us-east-1b"}
+	withClaim := p.DeepCopy()
+	withClaim.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	if got := Seat(withClaim, node, "lifeboat-system", "").Spec.NodeSelector; !reflect.DeepEqual(got, map[string]string{"kubernetes.io/os": "linux", v1alpha1.LabelZone: "us-east-1b"}) {
+		t.Errorf("node selector with a claim %v, want the Pod's and the lifeboat's zone", got)
+	}
+	if len(withClaim.Spec.NodeSelector) != 1 {
+		t.Errorf("the Pod's node selector was changed: %v", withClaim.Spec.NodeSelector)
+	}
+	if got := Seat(p, node, "lifeboat-system", "").Spec.NodeSelector; len(got) != 1 {
+		t.Errorf("node selector without a claim %v, want the Pod's only", got)
+	}
 	if SeatName("app", "db-0") == SeatName("app", "db-1") || SeatName("a", "b-c") == SeatName("a-b", "c") || len(SeatName("app", "db-0")) > 63 {
 		t.Errorf("seat names must be distinct per Pod and short: %s", SeatName("app", "db-0"))
 	}
