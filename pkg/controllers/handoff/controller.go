@@ -323,7 +323,13 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 				}
 				switch {
 				case apierrors.IsTooManyRequests(err):
-					blocked = append(blocked, p.Namespace+"/"+p.Name)
+					// A PDB that only paces (another of its Pods is moving, so it allows no
+					// disruption for now) is no alarm; one that allows none at all is.
+					if stuck, perr := c.blockedForGood(ctx, p); perr != nil {
+						errs = append(errs, perr)
+					} else if stuck {
+						blocked = append(blocked, p.Namespace+"/"+p.Name)
+					}
 				case err != nil && !apierrors.IsNotFound(err):
 					errs = append(errs, fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err))
 				}
