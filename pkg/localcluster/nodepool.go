@@ -21,6 +21,8 @@ type NodePool struct {
 	InstanceTypes, Zones []string
 	// ConsolidateAfter for consolidationPolicy WhenEmpty; 0: 30 s (tests see stable placements).
 	ConsolidateAfter time.Duration
+	// DisruptionBudget is the one budget's nodes ("0", "100%"); empty: Karpenter's default (10%).
+	DisruptionBudget string
 }
 
 // YAML renders the NodePool: nodes never expire, consolidation removes only empty nodes, and
@@ -53,10 +55,11 @@ func (p NodePool) YAML() string {
 	if len(p.Labels) > 0 {
 		template["metadata"] = map[string]any{"labels": p.Labels}
 	}
-	spec := map[string]any{
-		"template":   template,
-		"disruption": map[string]any{"consolidationPolicy": "WhenEmpty", "consolidateAfter": after.String()},
+	disruption := map[string]any{"consolidationPolicy": "WhenEmpty", "consolidateAfter": after.String()}
+	if p.DisruptionBudget != "" {
+		disruption["budgets"] = []any{map[string]any{"nodes": p.DisruptionBudget}}
 	}
+	spec := map[string]any{"template": template, "disruption": disruption}
 	if p.Weight != 0 {
 		spec["weight"] = p.Weight
 	}

@@ -24,7 +24,7 @@ func TestNodePoolYAML(t *testing.T) {
 			weight: 1, labels: map[string]any{"boot": "slow"},
 			reqs:             map[string][]any{"karpenter.sh/capacity-type": {"spot"}, "kubernetes.io/os": {"linux"}},
 			consolidateAfter: "30s"},
-		{name: "narrowed catalog", pool: NodePool{Name: "n", InstanceTypes: []string{"c5.large"}, Zones: []string{"us-east-1a"}, ConsolidateAfter: 90e9},
+		{name: "narrowed catalog", pool: NodePool{Name: "n", InstanceTypes: []string{"c5.large"}, Zones: []string{"us-east-1a"}, ConsolidateAfter: 90e9, DisruptionBudget: "0"},
 			reqs: map[string][]any{"karpenter.sh/capacity-type": {"spot", "on-demand"}, "kubernetes.io/os": {"linux"},
 				"node.kubernetes.io/instance-type": {"c5.large"}, "topology.kubernetes.io/zone": {"us-east-1a"}},
 			consolidateAfter: "1m30s"},
@@ -59,6 +59,10 @@ func TestNodePoolYAML(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("requirements %v, want %v", got, want)
+			}
+			budgets, _, _ := unstructured.NestedSlice(obj, "spec", "disruption", "budgets")
+			if want := tc.pool.DisruptionBudget; (want == "") != (len(budgets) == 0) || (want != "" && budgets[0].(map[string]any)["nodes"] != want) {
+				t.Errorf("budgets %v, want nodes %q", budgets, want)
 			}
 			if after, _, _ := unstructured.NestedString(obj, "spec", "disruption", "consolidateAfter"); after != tc.consolidateAfter {
 				t.Errorf("consolidateAfter %q, want %q", after, tc.consolidateAfter)

@@ -9,7 +9,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,29 +47,9 @@ const (
 // Its budget forbids Karpenter's own disruption (drift, consolidation), so every change of a
 // node in these tests is reclaim-back's.
 func nodePoolYAML(name string, weight int, capacityTypes string, budget string) string {
-	return `apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: ` + name + `
-spec:
-  weight: ` + strconv.Itoa(weight) + `
-  template:
-    metadata:
-      labels:
-        ` + reclaimplan.LabelZoneID + `: ` + zoneID + `
-    spec:
-      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
-      expireAfter: Never
-      requirements:
-      - {key: karpenter.sh/capacity-type, operator: In, values: [` + capacityTypes + `]}
-      - {key: topology.kubernetes.io/zone, operator: In, values: [` + zone + `]}
-      - {key: kubernetes.io/os, operator: In, values: [linux]}
-  disruption:
-    consolidationPolicy: WhenEmpty
-    consolidateAfter: 5s
-    budgets:
-    - nodes: "` + budget + `"
-`
+	return localcluster.NodePool{Name: name, Weight: weight, CapacityTypes: strings.Split(capacityTypes, ","),
+		Labels: map[string]string{reclaimplan.LabelZoneID: zoneID}, Zones: []string{zone},
+		ConsolidateAfter: 5 * time.Second, DisruptionBudget: budget}.YAML()
 }
 
 type env struct {

@@ -105,7 +105,7 @@ func TestReclaimBack(t *testing.T) {
 	policy := &v1alpha1.ReclaimBackPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nightly"}, Spec: v1alpha1.ReclaimBackPolicySpec{
 		NodePools: v1alpha1.NodePoolSelector{Names: []string{"default"}},
 		Windows:   []v1alpha1.MaintenanceWindow{{Days: []string{"Daily"}, Start: closed.Format("15:04"), Duration: metav1.Duration{Duration: time.Hour}}},
-		CoolDown:  v1alpha1.CoolDownSpec{Initial: metav1.Duration{Duration: 30 * time.Second}, Max: metav1.Duration{Duration: time.Minute}},
+		CoolDown:  v1alpha1.CoolDownSpec{Initial: metav1.Duration{Duration: time.Minute}, Max: metav1.Duration{Duration: 2 * time.Minute}},
 	}}
 	if err := e.client.Create(ctx, policy); err != nil {
 		t.Fatalf("create the policy (CRD validation): %v", err)
@@ -132,12 +132,12 @@ func TestReclaimBack(t *testing.T) {
 		return p.Status.Aborted >= 1 && lm != nil && lm.Reason == reclaimplan.AbortOnDemandAgain && p.Status.CoolDownUntil != nil,
 			fmt.Sprintf("aborted %d lastMove %+v inFlight %+v", p.Status.Aborted, lm, p.Status.InFlight)
 	}))
-	// Gone, with its node, before the cool-down (30 s) ends: a retry would otherwise land on
-	// that empty On-Demand node and abort again (as it should).
+	// Gone, with its node, before the cool-down (1 min: room for a loaded machine) ends: a
+	// retry would otherwise land on that empty On-Demand node and abort again (as it should).
 	if err := e.client.Delete(ctx, &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "od-first"}}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("od-first's nodes gone", 25*time.Second, func(ctx context.Context) (bool, string) {
+	e.waitFor("od-first's nodes gone", 50*time.Second, func(ctx context.Context) (bool, string) {
 		list := &corev1.NodeList{}
 		if err := e.client.List(ctx, list, client.MatchingLabels{reclaimplan.LabelNodePool: "od-first"}); err != nil {
 			return false, err.Error()
