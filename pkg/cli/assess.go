@@ -9,6 +9,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -231,90 +236,35 @@ func (l *snapshotLister) listCluster() {
 		}
 		return err
 	})
-	l.run("nodes", true, func() error {
-		list, err := client.CoreV1().Nodes().List(ctx, listAll)
-		if err == nil {
-			s.Nodes = list.Items
-		}
-		return err
-	})
-	l.run("pods", true, func() error {
-		list, err := client.CoreV1().Pods(ns).List(ctx, listAll)
-		if err == nil {
-			s.Pods = list.Items
-		}
-		return err
-	})
+	listKind(l, "nodes", true, client.CoreV1().Nodes().List, func(list *corev1.NodeList) { s.Nodes = list.Items })
+	listKind(l, "pods", true, client.CoreV1().Pods(ns).List, func(list *corev1.PodList) { s.Pods = list.Items })
 }
 
 // listWorkloads lists the workload kinds and the PodDisruptionBudgets.
 func (l *snapshotLister) listWorkloads() {
-	ctx, client, ns, s := l.ctx, l.client, l.ns, l.s
-	l.run("deployments.apps", false, func() error {
-		list, err := client.AppsV1().Deployments(ns).List(ctx, listAll)
-		if err == nil {
-			s.Deployments = list.Items
-		}
-		return err
-	})
-	l.run("replicasets.apps", false, func() error {
-		list, err := client.AppsV1().ReplicaSets(ns).List(ctx, listAll)
-		if err == nil {
-			s.ReplicaSets = list.Items
-		}
-		return err
-	})
-	l.run("statefulsets.apps", false, func() error {
-		list, err := client.AppsV1().StatefulSets(ns).List(ctx, listAll)
-		if err == nil {
-			s.StatefulSets = list.Items
-		}
-		return err
-	})
-	l.run("jobs.batch", false, func() error {
-		list, err := client.BatchV1().Jobs(ns).List(ctx, listAll)
-		if err == nil {
-			s.Jobs = list.Items
-		}
-		return err
-	})
-	l.run("cronjobs.batch", false, func() error {
-		list, err := client.BatchV1().CronJobs(ns).List(ctx, listAll)
-		if err == nil {
-			s.CronJobs = list.Items
-		}
-		return err
-	})
-	l.run("poddisruptionbudgets.policy", false, func() error {
-		list, err := client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, listAll)
-		if err == nil {
-			s.PDBs = list.Items
-		}
-		return err
-	})
+	client, ns, s := l.client, l.ns, l.s
+	listKind(l, "deployments.apps", false, client.AppsV1().Deployments(ns).List, func(list *appsv1.DeploymentList) { s.Deployments = list.Items })
+	listKind(l, "replicasets.apps", false, client.AppsV1().ReplicaSets(ns).List, func(list *appsv1.ReplicaSetList) { s.ReplicaSets = list.Items })
+	listKind(l, "statefulsets.apps", false, client.AppsV1().StatefulSets(ns).List, func(list *appsv1.StatefulSetList) { s.StatefulSets = list.Items })
+	listKind(l, "jobs.batch", false, client.BatchV1().Jobs(ns).List, func(list *batchv1.JobList) { s.Jobs = list.Items })
+	listKind(l, "cronjobs.batch", false, client.BatchV1().CronJobs(ns).List, func(list *batchv1.CronJobList) { s.CronJobs = list.Items })
+	listKind(l, "poddisruptionbudgets.policy", false, client.PolicyV1().PodDisruptionBudgets(ns).List, func(list *policyv1.PodDisruptionBudgetList) { s.PDBs = list.Items })
 }
 
 // listStorage lists the claims, volumes and StorageClasses that tell node-local data.
 func (l *snapshotLister) listStorage() {
-	ctx, client, ns, s := l.ctx, l.client, l.ns, l.s
-	l.run("persistentvolumeclaims", false, func() error {
-		list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, listAll)
+	client, ns, s := l.client, l.ns, l.s
+	listKind(l, "persistentvolumeclaims", false, client.CoreV1().PersistentVolumeClaims(ns).List, func(list *corev1.PersistentVolumeClaimList) { s.PVCs = list.Items })
+	listKind(l, "persistentvolumes", false, client.CoreV1().PersistentVolumes().List, func(list *corev1.PersistentVolumeList) { s.PVs = list.Items })
+	listKind(l, "storageclasses.storage.k8s.io", false, client.StorageV1().StorageClasses().List, func(list *storagev1.StorageClassList) { s.StorageClasses = list.Items })
+}
+
+// listKind runs list as kind (see run); keep stores what it listed.
+func listKind[L any](l *snapshotLister, kind string, required bool, list func(context.Context, metav1.ListOptions) (L, error), keep func(L)) {
+	l.run(kind, required, func() error {
+		got, err := list(l.ctx, listAll)
 		if err == nil {
-			s.PVCs = list.Items
-		}
-		return err
-	})
-	l.run("persistentvolumes", false, func() error {
-		list, err := client.CoreV1().PersistentVolumes().List(ctx, listAll)
-		if err == nil {
-			s.PVs = list.Items
-		}
-		return err
-	})
-	l.run("storageclasses.storage.k8s.io", false, func() error {
-		list, err := client.StorageV1().StorageClasses().List(ctx, listAll)
-		if err == nil {
-			s.StorageClasses = list.Items
+			keep(got)
 		}
 		return err
 	})

@@ -10,31 +10,17 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/metricdef"
 )
 
 // Metrics of the calls to AWS. Labels are bounded: service (ec2, sqs), api (operation name) and
 // outcome (see Outcome).
 var (
-	APICalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lifeboat_cloud_api_calls_total",
-		Help: "AWS API operations by service, API and outcome, after the SDK's retries.",
-	}, []string{"service", "api", "outcome"})
-	APIDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "lifeboat_cloud_api_duration_seconds",
-		Help:    "Latency of AWS API operations including the SDK's retries and backoff.",
-		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25},
-	}, []string{"service", "api"})
-	APIAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lifeboat_cloud_api_attempts_total",
-		Help: "HTTP attempts to AWS APIs by service, API and outcome; attempts minus calls are the SDK's retries.",
-	}, []string{"service", "api", "outcome"})
+	APICalls    = metricdef.CounterVec("lifeboat_cloud_api_calls_total", "AWS API operations by service, API and outcome, after the SDK's retries.", "service", "api", "outcome")
+	APIDuration = metricdef.HistogramVec("lifeboat_cloud_api_duration_seconds", "Latency of AWS API operations including the SDK's retries and backoff.", []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25}, "service", "api")
+	APIAttempts = metricdef.CounterVec("lifeboat_cloud_api_attempts_total", "HTTP attempts to AWS APIs by service, API and outcome; attempts minus calls are the SDK's retries.", "service", "api", "outcome")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(APICalls, APIDuration, APIAttempts)
-}
 
 // Outcomes of a call, the "outcome" label.
 const (

@@ -47,52 +47,33 @@ func newPKI(dir string) (*pki, error) {
 		ServiceAccount: filepath.Join(dir, "sa.key"),
 		ServiceAccPub:  filepath.Join(dir, "sa.pub"),
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "lifeboat-local-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := newAuthority("lifeboat-local-ca", 10*365*24*time.Hour, x509.KeyUsageKeyEncipherment)
 	if err != nil {
 		return nil, fmt.Errorf("create CA: %w", err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	if err := writeCertKey(p.CACert, p.CAKey, caDER, caKey); err != nil {
+	p.caPEM = ca.pem()
+	if err := writeCertKey(p.CACert, p.CAKey, ca.der, ca.key); err != nil {
 		return nil, err
 	}
 
 	serving := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
 	}
-	if err := p.issue(serving, caCert, caKey, p.ServingCert, p.ServingKey); err != nil {
+	if err := ca.issue(serving, p.ServingCert, p.ServingKey); err != nil {
 		return nil, err
 	}
 	admin := &x509.Certificate{
 		SerialNumber: big.NewInt(3),
 		Subject:      pkix.Name{CommonName: "lifeboat-admin", Organization: []string{"system:masters"}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	if err := p.issue(admin, caCert, caKey, p.AdminCert, p.AdminKey); err != nil {
+	if err := ca.issue(admin, p.AdminCert, p.AdminKey); err != nil {
 		return nil, err
 	}
 
@@ -113,12 +94,52 @@ func newPKI(dir string) (*pki, error) {
 	return p, nil
 }
 
-func (p *pki) issue(tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certPath, keyPath string) error {
+// authority is a fresh self-signed CA; the certificates it issues share its validity.
+type authority struct {
+	cert                *x509.Certificate
+	der                 []byte
+	key                 *ecdsa.PrivateKey
+	notBefore, notAfter time.Time
+}
+
+// newAuthority creates a CA named cn, valid from an hour ago for lifetime, that may sign
+// certificates (and whatever extra allows).
+func newAuthority(cn string, lifetime time.Duration, extra x509.KeyUsage) (*authority, error) {
+	now := time.Now()
+	ca := &authority{notBefore: now.Add(-time.Hour), notAfter: now.Add(lifetime)}
+	var err error
+	if ca.key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             ca.notBefore,
+		NotAfter:              ca.notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | extra,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	if ca.der, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &ca.key.PublicKey, ca.key); err != nil {
+		return nil, err
+	}
+	ca.cert, _ = x509.ParseCertificate(ca.der)
+	return ca, nil
+}
+
+// pem is the CA certificate in PEM, for a caBundle or a kubeconfig.
+func (ca *authority) pem() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.der})
+}
+
+// issue signs tmpl (valid as long as the CA) for a fresh key and writes both.
+func (ca *authority) issue(tmpl *x509.Certificate, certPath, keyPath string) error {
+	tmpl.NotBefore, tmpl.NotAfter = ca.notBefore, ca.notAfter
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return fmt.Errorf("issue %s: %w", tmpl.Subject.CommonName, err)
 	}
@@ -142,24 +163,12 @@ func WriteServingCert(dir string, hosts ...string) (caPEM []byte, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newAuthority("lifeboat-serving-ca", 365*24*time.Hour, 0)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lifeboat-serving-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
 	leaf := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: hosts[0]},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	for _, h := range hosts {
@@ -169,9 +178,8 @@ func WriteServingCert(dir string, hosts ...string) (caPEM []byte, err error) {
 			leaf.DNSNames = append(leaf.DNSNames, h)
 		}
 	}
-	p := &pki{}
-	if err := p.issue(leaf, caCert, caKey, filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")); err != nil {
+	if err := ca.issue(leaf, filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")); err != nil {
 		return nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+	return ca.pem(), nil
 }

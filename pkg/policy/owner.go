@@ -58,12 +58,9 @@ func ResolveWorkload(ctx context.Context, lookup MetadataLookup, namespace strin
 	case KindStatefulSet:
 		return resolveOne(ctx, lookup, KindStatefulSet, namespace, ref.Name)
 	case KindReplicaSet:
-		rs, err := lookup.Metadata(ctx, KindReplicaSet, namespace, ref.Name)
+		rs, err := lookupOwner(ctx, lookup, KindReplicaSet, namespace, ref.Name)
 		if err != nil {
-			return Workload{}, fmt.Errorf("look up ReplicaSet %s/%s: %w", namespace, ref.Name, err)
-		}
-		if rs == nil {
-			return Workload{}, fmt.Errorf("ReplicaSet %s/%s that owns the Pod was not found", namespace, ref.Name)
+			return Workload{}, err
 		}
 		up := controllerOf(rs.OwnerReferences)
 		if up == nil || kindOf(up) != KindDeployment {
@@ -71,12 +68,9 @@ func ResolveWorkload(ctx context.Context, lookup MetadataLookup, namespace strin
 		}
 		return resolveOne(ctx, lookup, KindDeployment, namespace, up.Name)
 	case KindJob:
-		job, err := lookup.Metadata(ctx, KindJob, namespace, ref.Name)
+		job, err := lookupOwner(ctx, lookup, KindJob, namespace, ref.Name)
 		if err != nil {
-			return Workload{}, fmt.Errorf("look up Job %s/%s: %w", namespace, ref.Name, err)
-		}
-		if job == nil {
-			return Workload{}, fmt.Errorf("Job %s/%s that owns the Pod was not found", namespace, ref.Name)
+			return Workload{}, err
 		}
 		if up := controllerOf(job.OwnerReferences); up != nil && kindOf(up) == KindCronJob {
 			return resolveOne(ctx, lookup, KindCronJob, namespace, up.Name)
@@ -88,14 +82,24 @@ func ResolveWorkload(ctx context.Context, lookup MetadataLookup, namespace strin
 }
 
 func resolveOne(ctx context.Context, lookup MetadataLookup, kind Kind, namespace, name string) (Workload, error) {
-	m, err := lookup.Metadata(ctx, kind, namespace, name)
+	m, err := lookupOwner(ctx, lookup, kind, namespace, name)
 	if err != nil {
-		return Workload{}, fmt.Errorf("look up %s %s/%s: %w", kind, namespace, name, err)
-	}
-	if m == nil {
-		return Workload{}, fmt.Errorf("%s %s/%s that owns the Pod was not found", kind, namespace, name)
+		return Workload{}, err
 	}
 	return Workload{Kind: kind, Name: name, Labels: m.Labels}, nil
+}
+
+// lookupOwner returns the metadata of a link of the owner chain; one that does not exist is an
+// error.
+func lookupOwner(ctx context.Context, lookup MetadataLookup, kind Kind, namespace, name string) (*metav1.ObjectMeta, error) {
+	m, err := lookup.Metadata(ctx, kind, namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("look up %s %s/%s: %w", kind, namespace, name, err)
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%s %s/%s that owns the Pod was not found", kind, namespace, name)
+	}
+	return m, nil
 }
 
 func controllerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {

@@ -212,6 +212,11 @@ func (n *sqsNotifier) NotifySpotInterruption(_ context.Context, node *corev1.Nod
 	return err
 }
 
+// SetPlacementScore sets the Spot placement score the emulator's GetSpotPlacementScores answers.
+func (n *sqsNotifier) SetPlacementScore(instanceType, zone string, score int) {
+	n.emu.SetPlacementScore(instanceType, zone, score)
+}
+
 // QueueName is Lifeboat's interruption queue in the emulator.
 const QueueName = "lifeboat-interruptions"
 

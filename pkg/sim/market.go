@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/cloud/awsemu"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
@@ -38,6 +39,9 @@ type market struct {
 	s        *scenario.Scenario
 	obs      *observer
 	notifier Notifier
+	// reclaimBack is the scenario's reclaim-back in lifeboat mode (nil otherwise): the policy
+	// is created at t0.
+	reclaimBack *scenario.ReclaimBack
 
 	mu       sync.Mutex
 	markers  []report.Marker
@@ -56,6 +60,11 @@ func (m *market) mark(at time.Time, kind, label string) {
 // events and reclaims are done or ctx ends.
 func (m *market) play(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if m.reclaimBack != nil {
+		if err := m.startReclaimBack(ctx, m.reclaimBack); err != nil {
+			return err
+		}
+	}
 	events := append([]scenario.Event(nil), m.s.Events...)
 	sort.SliceStable(events, func(i, j int) bool { return events[i].At.Duration < events[j].At.Duration })
 	for _, ev := range events {
@@ -92,6 +101,8 @@ func (m *market) play(ctx context.Context) error {
 			if err := m.ice(ctx, ev); err != nil {
 				return err
 			}
+		case scenario.EventPlacementScore:
+			m.placementScore(ctx, ev, awsemu.DefaultPlacementScore)
 		}
 	}
 	m.reclaims.Wait()
@@ -258,6 +269,8 @@ func (m *market) ice(ctx context.Context, ev scenario.Event) error {
 	if err := m.patchNodePool(ctx, iceNodePoolPatch(true)); err != nil {
 		return fmt.Errorf("ice: restrict NodePool to on-demand: %w", err)
 	}
+	// EC2's Spot placement score drops with the capacity (lifeboat mode asks it).
+	m.setPlacementScore(ev.Pool, ev.PlacementScore())
 	m.reclaims.Add(1)
 	go func() {
 		defer m.reclaims.Done()
@@ -265,6 +278,7 @@ func (m *market) ice(ctx context.Context, ev scenario.Event) error {
 			return
 		}
 		m.mark(time.Now(), "ice-end", "Spot capacity back")
+		m.setPlacementScore(ev.Pool, awsemu.DefaultPlacementScore)
 		if err := m.patchNodePool(ctx, iceNodePoolPatch(false)); err != nil {
 			klog.FromContext(ctx).Error(err, "ice: allow spot again")
 		}

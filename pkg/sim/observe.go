@@ -120,6 +120,9 @@ func (o *observer) sample(interval time.Duration) {
 		if o.price != nil {
 			if now, od, ok := o.price(n); ok {
 				paid, onDemand = paid+now, onDemand+od
+				if kind == "karpenter-on-demand" {
+					s.OnDemandHourly += now
+				}
 			}
 		}
 		if n.Labels[v1alpha1.LabelPool] != "" && n.Labels[v1alpha1.LabelState] != string(v1alpha1.NodeStateStandby) {

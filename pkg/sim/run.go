@@ -90,7 +90,7 @@ func Run(ctx context.Context, s *scenario.Scenario, opts Options) (*report.Repor
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
-	rep := report.New(s.Name, s.Shortened, runs)
+	rep := report.New(s.Name, s.Shortened, s.Cluster.SpotDiscount, runs)
 	if err := writeReports(opts.OutDir, rep, runs); err != nil {
 		return nil, nil, err
 	}
@@ -159,6 +159,9 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	if err != nil {
 		return nil, err
 	}
+	if mode == scenario.ModeLifeboat && s.ReclaimBack != nil {
+		go labelZoneIDs(obsCtx, cl, obs)
+	}
 	progress(opts, mode, began, "creating %d workloads", len(s.Workloads))
 	if err := createWorkloads(ctx, c, s, mode == scenario.ModeLifeboat); err != nil {
 		return nil, err
@@ -176,6 +179,9 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	obs.begin()
 	go obs.run(obsCtx, opts.Interval)
 	m := &market{c: cl, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]time.Time{}}
+	if mode == scenario.ModeLifeboat {
+		m.reclaimBack = s.ReclaimBack
+	}
 	progress(opts, mode, began, "t0: playing %d market events over %s", len(s.Events), s.Duration)
 	playErr := make(chan error, 1)
 	go func() { playErr <- m.play(ctx) }()

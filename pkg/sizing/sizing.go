@@ -119,35 +119,33 @@ func PlanResume(items []Item, claimed, candidates []Bin) ResumePlan {
 	// concurrent decisions over different candidates (see interruption.candidateOrder).
 	sort.SliceStable(closed, func(i, j int) bool { return less(closed[j].Free, closed[i].Free) })
 	for _, it := range sorted {
-		placed := false
-		for i := range open {
-			if open[i].Free.Fits(it.Resources) {
-				open[i].Free = open[i].Free.Sub(it.Resources)
-				plan.Placement[it.Name] = open[i].Name
-				placed = true
-				break
-			}
-		}
-		if placed {
+		if i := firstFit(open, it.Resources); i >= 0 {
+			open[i].Free = open[i].Free.Sub(it.Resources)
+			plan.Placement[it.Name] = open[i].Name
 			continue
 		}
-		for i := range closed {
-			if closed[i].Free.Fits(it.Resources) {
-				b := closed[i]
-				closed = append(closed[:i], closed[i+1:]...)
-				b.Free = b.Free.Sub(it.Resources)
-				open = append(open, b)
-				plan.Resume = append(plan.Resume, b.Name)
-				plan.Placement[it.Name] = b.Name
-				placed = true
-				break
-			}
+		if i := firstFit(closed, it.Resources); i >= 0 {
+			b := closed[i]
+			closed = append(closed[:i], closed[i+1:]...)
+			b.Free = b.Free.Sub(it.Resources)
+			open = append(open, b)
+			plan.Resume = append(plan.Resume, b.Name)
+			plan.Placement[it.Name] = b.Name
+			continue
 		}
-		if !placed {
-			plan.Unplaced = append(plan.Unplaced, it.Name)
-		}
+		plan.Unplaced = append(plan.Unplaced, it.Name)
 	}
 	return plan
+}
+
+// firstFit is the index of the first bin with room for r, or -1.
+func firstFit(bins []Bin, r Resources) int {
+	for i := range bins {
+		if bins[i].Free.Fits(r) {
+			return i
+		}
+	}
+	return -1
 }
 
 // NodesFor counts the nodes of one shape that FFD needs for items. Items larger than the shape
@@ -161,15 +159,8 @@ func NodesFor(items []Item, shape Resources) int {
 	sorted := append([]Item(nil), items...)
 	sort.SliceStable(sorted, func(i, j int) bool { return less(sorted[j].Resources, sorted[i].Resources) })
 	for _, it := range sorted {
-		placed := false
-		for i := range bins {
-			if bins[i].Free.Fits(it.Resources) {
-				bins[i].Free = bins[i].Free.Sub(it.Resources)
-				placed = true
-				break
-			}
-		}
-		if placed {
+		if i := firstFit(bins, it.Resources); i >= 0 {
+			bins[i].Free = bins[i].Free.Sub(it.Resources)
 			continue
 		}
 		free := shape

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	taintutil "k8s.io/kubernetes/pkg/util/taints"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 )
@@ -296,7 +297,7 @@ func (pl *LifeboatPlacement) surging(pod *v1.Pod) bool {
 	// The bridge's surge (an interrupted Spot node's held Pods still serve): it counts while
 	// one of its interrupted nodes is still there.
 	for _, node := range bridgeNodes(rs.Annotations[v1alpha1.AnnotationBridgeSurge]) {
-		if n, err := pl.nodes.Get(node); err == nil && (n.DeletionTimestamp != nil || hasTaint(n, v1alpha1.TaintInterrupted)) {
+		if n, err := pl.nodes.Get(node); err == nil && (n.DeletionTimestamp != nil || taintutil.TaintKeyExists(n.Spec.Taints, v1alpha1.TaintInterrupted)) {
 			return true
 		}
 	}
@@ -319,15 +320,6 @@ func bridgeNodes(annotation string) []string {
 		out = append(out, n)
 	}
 	return out
-}
-
-func hasTaint(n *v1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
 }
 
 // surgeNode returns the lifeboat node of a lifeboat.dev/handoff-surge annotation ("" when the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	taintutil "k8s.io/kubernetes/pkg/util/taints"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
@@ -58,7 +59,7 @@ func newReclaimedPools() *reclaimedPools { return &reclaimedPools{nodes: map[str
 
 // underReclaim reports the pool key of a Spot node with the interruption taint.
 func underReclaim(node *v1.Node) (string, bool) {
-	if node.Labels[v1alpha1.LabelCapacityType] != policy.CapacitySpot || !hasTaint(node, v1alpha1.TaintInterrupted) {
+	if node.Labels[v1alpha1.LabelCapacityType] != policy.CapacitySpot || !taintutil.TaintKeyExists(node.Spec.Taints, v1alpha1.TaintInterrupted) {
 		return "", false
 	}
 	return telemetry.PoolKeyFromLabels(node.Labels), true

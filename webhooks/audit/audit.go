@@ -21,11 +21,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/metricdef"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/webhooks/state"
 )
@@ -43,14 +41,7 @@ const (
 	EventReasonPrefix = "Lifeboat"
 )
 
-var findings = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "lifeboat_webhook_audit_findings",
-	Help: "Protected workloads the last audit found unprotected, by finding (PodsUnprotected, NoPodDisruptionBudget).",
-}, []string{"finding"})
-
-func init() {
-	crmetrics.Registry.MustRegister(findings)
-}
+var findings = metricdef.GaugeVec("lifeboat_webhook_audit_findings", "Protected workloads the last audit found unprotected, by finding (PodsUnprotected, NoPodDisruptionBudget).", "finding")
 
 // Finding is one workload in need of attention.
 type Finding struct {
@@ -133,13 +124,12 @@ func (a *Auditor) unmutatedPods(ctx context.Context) ([]Finding, error) {
 	byWorkload := map[string]*Finding{}
 	pdbs := map[string][]*policyv1.PodDisruptionBudget{}
 	nsLabels := map[string]map[string]string{}
-	cont := ""
-	for {
+	podList := func() *metav1.PartialObjectMetadataList {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-		if err := a.Lister.List(ctx, list, client.MatchingLabelsSelector{Selector: sel}, client.Limit(pageSize), client.Continue(cont)); err != nil {
-			return nil, fmt.Errorf("list Pods: %w", err)
-		}
+		return list
+	}
+	err = eachPage(ctx, a.Lister, "Pods", podList, func(list *metav1.PartialObjectMetadataList) error {
 		for i := range list.Items {
 			pod := &list.Items[i]
 			ns := pod.Namespace
@@ -148,7 +138,7 @@ func (a *Auditor) unmutatedPods(ctx context.Context) ([]Finding, error) {
 			}
 			if _, ok := nsLabels[ns]; !ok {
 				if nsLabels[ns], err = a.Cluster.NamespaceLabels(ctx, ns); err != nil {
-					return nil, err
+					return err
 				}
 			}
 			w, err := policy.ResolveWorkload(ctx, a.Cluster, ns, pod.OwnerReferences)
@@ -159,7 +149,7 @@ func (a *Auditor) unmutatedPods(ctx context.Context) ([]Finding, error) {
 			if w.Supported() && policy.NeedsPDB(w.Kind) {
 				if _, ok := pdbs[ns]; !ok {
 					if pdbs[ns], err = a.Cluster.PDBs(ctx, ns); err != nil {
-						return nil, err
+						return err
 					}
 				}
 			}
@@ -175,9 +165,10 @@ func (a *Auditor) unmutatedPods(ctx context.Context) ([]Finding, error) {
 			}
 			f.Pods++
 		}
-		if cont = list.Continue; cont == "" {
-			break
-		}
+		return nil
+	}, client.MatchingLabelsSelector{Selector: sel})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Finding, 0, len(byWorkload))
 	for _, f := range byWorkload {
@@ -235,38 +226,50 @@ func (a *Auditor) workloadsWithoutPDB(ctx context.Context) ([]Finding, error) {
 		}
 		return nil
 	}
-	for cont := ""; ; {
-		var list appsv1.DeploymentList
-		if err := a.Lister.List(ctx, &list, client.Limit(pageSize), client.Continue(cont)); err != nil {
-			return nil, fmt.Errorf("list Deployments: %w", err)
-		}
-		for _, d := range list.Items {
-			if err := check(policy.WorkloadInput{Kind: policy.KindDeployment, Namespace: d.Namespace, Name: d.Name, Labels: d.Labels,
-				Selector: d.Spec.Selector, Replicas: d.Spec.Replicas, Template: d.Spec.Template}); err != nil {
-				return nil, err
-			}
-		}
-		if cont = list.Continue; cont == "" {
-			break
-		}
+	if err := eachWorkload(ctx, a, "Deployments", func(l *appsv1.DeploymentList) []appsv1.Deployment { return l.Items },
+		policy.DeploymentWorkload, check); err != nil {
+		return nil, err
 	}
-	for cont := ""; ; {
-		var list appsv1.StatefulSetList
-		if err := a.Lister.List(ctx, &list, client.Limit(pageSize), client.Continue(cont)); err != nil {
-			return nil, fmt.Errorf("list StatefulSets: %w", err)
-		}
-		for _, s := range list.Items {
-			if err := check(policy.WorkloadInput{Kind: policy.KindStatefulSet, Namespace: s.Namespace, Name: s.Name, Labels: s.Labels,
-				Selector: s.Spec.Selector, Replicas: s.Spec.Replicas, Template: s.Spec.Template}); err != nil {
-				return nil, err
-			}
-		}
-		if cont = list.Continue; cont == "" {
-			break
-		}
+	if err := eachWorkload(ctx, a, "StatefulSets", func(l *appsv1.StatefulSetList) []appsv1.StatefulSet { return l.Items },
+		policy.StatefulSetWorkload, check); err != nil {
+		return nil, err
 	}
 	sortFindings(out)
 	return out, nil
+}
+
+// eachWorkload lists the workloads of one kind page by page (items are a page's objects) and
+// checks the policy's view of each.
+func eachWorkload[T, L any, PL interface {
+	*L
+	client.ObjectList
+}](ctx context.Context, a *Auditor, what string, items func(PL) []T, view func(*T) policy.WorkloadInput, check func(policy.WorkloadInput) error) error {
+	return eachPage(ctx, a.Lister, what, func() PL { return PL(new(L)) }, func(list PL) error {
+		page := items(list)
+		for i := range page {
+			if err := check(view(&page[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// eachPage lists what with r, pageSize objects at a time, each page into a new list, and calls
+// page with it.
+func eachPage[L client.ObjectList](ctx context.Context, r client.Reader, what string, newList func() L, page func(L) error, opts ...client.ListOption) error {
+	for cont := ""; ; {
+		list := newList()
+		if err := r.List(ctx, list, append([]client.ListOption{client.Limit(pageSize), client.Continue(cont)}, opts...)...); err != nil {
+			return fmt.Errorf("list %s: %w", what, err)
+		}
+		if err := page(list); err != nil {
+			return err
+		}
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
 }
 
 func sortFindings(f []Finding) {

@@ -11,9 +11,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/metricdef"
 )
 
 // Decisions, the values of the decision label.
@@ -30,20 +30,9 @@ const (
 var Buckets = []float64{0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 
 var (
-	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lifeboat_webhook_requests_total",
-		Help: "Admission requests handled, by webhook and decision.",
-	}, []string{"webhook", "decision"})
-	duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "lifeboat_webhook_request_duration_seconds",
-		Help:    "Time to answer an admission request, from the request arriving to the response written.",
-		Buckets: Buckets,
-	}, []string{"webhook"})
+	requests = metricdef.CounterVec("lifeboat_webhook_requests_total", "Admission requests handled, by webhook and decision.", "webhook", "decision")
+	duration = metricdef.HistogramVec("lifeboat_webhook_request_duration_seconds", "Time to answer an admission request, from the request arriving to the response written.", Buckets, "webhook")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(requests, duration)
-}
 
 type decisionKey struct{}
 

@@ -13,7 +13,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -56,7 +55,7 @@ func (v *Validator) Handle(ctx context.Context, req admission.Request) admission
 	if v.Config.Exempt(in.Namespace) {
 		return admission.Allowed("namespace is never touched by Lifeboat")
 	}
-	if meta.DeletionTimestamp != nil {
+	if meta.GetDeletionTimestamp() != nil {
 		// Finalizer removal during deletion must never be blocked.
 		return admission.Allowed("being deleted")
 	}
@@ -111,41 +110,38 @@ func relevantChange(old, cur *policy.WorkloadInput) bool {
 }
 
 // decode turns the raw object into the policy's view of it; (nil, nil) for kinds not validated.
-func decode(gvk metav1.GroupVersionKind, raw []byte) (*policy.WorkloadInput, *metav1.ObjectMeta, error) {
+func decode(gvk metav1.GroupVersionKind, raw []byte) (*policy.WorkloadInput, metav1.Object, error) {
 	if gvk.Version != "v1" {
 		return nil, nil, nil
 	}
 	switch {
 	case gvk.Group == "apps" && gvk.Kind == "Deployment":
-		var d appsv1.Deployment
-		if err := unmarshal(raw, &d); err != nil {
-			return nil, nil, err
-		}
-		return &policy.WorkloadInput{Kind: policy.KindDeployment, Namespace: d.Namespace, Name: d.Name, Labels: d.Labels,
-			Selector: d.Spec.Selector, Replicas: replicas(d.Spec.Replicas), Template: d.Spec.Template}, &d.ObjectMeta, nil
+		return decodeAs(raw, func(d *appsv1.Deployment) policy.WorkloadInput {
+			return withReplicas(policy.DeploymentWorkload(d))
+		})
 	case gvk.Group == "apps" && gvk.Kind == "StatefulSet":
-		var s appsv1.StatefulSet
-		if err := unmarshal(raw, &s); err != nil {
-			return nil, nil, err
-		}
-		return &policy.WorkloadInput{Kind: policy.KindStatefulSet, Namespace: s.Namespace, Name: s.Name, Labels: s.Labels,
-			Selector: s.Spec.Selector, Replicas: replicas(s.Spec.Replicas), Template: s.Spec.Template}, &s.ObjectMeta, nil
+		return decodeAs(raw, func(s *appsv1.StatefulSet) policy.WorkloadInput {
+			return withReplicas(policy.StatefulSetWorkload(s))
+		})
 	case gvk.Group == "batch" && gvk.Kind == "Job":
-		var j batchv1.Job
-		if err := unmarshal(raw, &j); err != nil {
-			return nil, nil, err
-		}
-		return &policy.WorkloadInput{Kind: policy.KindJob, Namespace: j.Namespace, Name: j.Name, Labels: j.Labels,
-			Selector: j.Spec.Selector, Replicas: j.Spec.Parallelism, Template: j.Spec.Template}, &j.ObjectMeta, nil
+		return decodeAs(raw, policy.JobWorkload)
 	case gvk.Group == "batch" && gvk.Kind == "CronJob":
-		var c batchv1.CronJob
-		if err := unmarshal(raw, &c); err != nil {
-			return nil, nil, err
-		}
-		return &policy.WorkloadInput{Kind: policy.KindCronJob, Namespace: c.Namespace, Name: c.Name, Labels: c.Labels,
-			Selector: c.Spec.JobTemplate.Spec.Selector, Replicas: c.Spec.JobTemplate.Spec.Parallelism, Template: c.Spec.JobTemplate.Spec.Template}, &c.ObjectMeta, nil
+		return decodeAs(raw, policy.CronJobWorkload)
 	}
 	return nil, nil, nil
+}
+
+// decodeAs unmarshals raw into a T and returns view of it, and its metadata.
+func decodeAs[T any, P interface {
+	*T
+	metav1.Object
+}](raw []byte, view func(P) policy.WorkloadInput) (*policy.WorkloadInput, metav1.Object, error) {
+	obj := P(new(T))
+	if err := unmarshal(raw, obj); err != nil {
+		return nil, nil, err
+	}
+	in := view(obj)
+	return &in, obj, nil
 }
 
 func unmarshal(raw []byte, into any) error {
@@ -158,12 +154,12 @@ func unmarshal(raw []byte, into any) error {
 	return nil
 }
 
-// replicas applies the API default (1) that the object in an admission request already carries;
-// nil only for malformed requests.
-func replicas(r *int32) *int32 {
-	if r == nil {
+// withReplicas applies the API default of replicas (1) that the object in an admission request
+// already carries; nil only for malformed requests.
+func withReplicas(in policy.WorkloadInput) policy.WorkloadInput {
+	if in.Replicas == nil {
 		one := int32(1)
-		return &one
+		in.Replicas = &one
 	}
-	return r
+	return in
 }

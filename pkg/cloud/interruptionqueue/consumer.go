@@ -10,12 +10,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	"github.com/lifeboat-k8s/lifeboat/pkg/metricdef"
 )
 
 // Outcomes of a message, the "outcome" label of MessagesTotal.
@@ -26,20 +25,9 @@ const (
 )
 
 var (
-	MessagesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lifeboat_cloud_interruption_messages_total",
-		Help: "Interruption queue messages by kind and outcome (handled and deleted, handler failed and left for redelivery, unparsable and deleted).",
-	}, []string{"kind", "outcome"})
-	MessageAge = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "lifeboat_cloud_interruption_message_age_seconds",
-		Help:    "Time from the event (EventBridge time) to the start of its handling.",
-		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300},
-	}, []string{"kind"})
+	MessagesTotal = metricdef.CounterVec("lifeboat_cloud_interruption_messages_total", "Interruption queue messages by kind and outcome (handled and deleted, handler failed and left for redelivery, unparsable and deleted).", "kind", "outcome")
+	MessageAge    = metricdef.HistogramVec("lifeboat_cloud_interruption_message_age_seconds", "Time from the event (EventBridge time) to the start of its handling.", []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300}, "kind")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(MessagesTotal, MessageAge)
-}
 
 // Handler acts on one message; NoOp messages are deleted without calling it. An error leaves the message in the queue: it becomes visible
 // again after the visibility timeout and is redelivered. The messages of one receive batch are

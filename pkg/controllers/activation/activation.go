@@ -14,10 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -45,17 +42,9 @@ func NewActivator(c client.Client, instances cloud.Instances, clk clock.Clock, r
 	return &Activator{client: c, cloud: instances, clock: clk, recorder: recorder, RestartAfter: 30 * time.Second}
 }
 
-func isActive(o client.Object) bool {
-	return o.GetLabels()[v1alpha1.LabelPool] != "" && o.GetLabels()[v1alpha1.LabelState] == string(v1alpha1.NodeStateActive)
-}
-
 // Register adds the activator.
 func (a *Activator) Register(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("activation").
-		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(isActive))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(a)
+	return nodeutil.RegisterForPoolNodes(mgr, "activation", 4, a, v1alpha1.NodeStateActive)
 }
 
 // Reconcile activates one claimed node.
@@ -64,7 +53,7 @@ func (a *Activator) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err := a.client.Get(ctx, req.NamespacedName, n); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !isActive(n) || !nodeutil.HasTaint(n, v1alpha1.TaintStandby) {
+	if !nodeutil.InPoolState(n, v1alpha1.NodeStateActive) || !nodeutil.HasTaint(n, v1alpha1.TaintStandby) {
 		return reconcile.Result{}, nil
 	}
 	now := a.clock.Now()

@@ -20,10 +20,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -65,18 +62,12 @@ func New(c client.Client, clk clock.Clock, recorder events.EventRecorder) *Contr
 		Namespace: v1alpha1.DefaultNamespace, SeatImage: DefaultSeatImage}
 }
 
-func serving(o client.Object) bool {
-	s := o.GetLabels()[v1alpha1.LabelState]
-	return o.GetLabels()[v1alpha1.LabelPool] != "" && (s == string(v1alpha1.NodeStateActive) || s == string(v1alpha1.NodeStateDraining))
-}
+// serving are the states of a lifeboat node that is handed off: active, then draining.
+var serving = []v1alpha1.NodeState{v1alpha1.NodeStateActive, v1alpha1.NodeStateDraining}
 
 // Register adds the controller.
 func (c *Controller) Register(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("handoff").
-		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(serving))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(c)
+	return nodeutil.RegisterForPoolNodes(mgr, "handoff", 4, c, serving...)
 }
 
 // Reconcile moves one lifeboat node through its handoff.
@@ -87,7 +78,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !serving(n) {
+	if !nodeutil.InPoolState(n, serving...) {
 		return reconcile.Result{}, nil
 	}
 	pool := &v1alpha1.WarmPool{}

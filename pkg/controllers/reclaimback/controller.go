@@ -63,7 +63,10 @@ type Options struct {
 
 // Controller reconciles ReclaimBackPolicies.
 type Controller struct {
-	client    client.Client
+	client client.Client
+	// events reads Karpenter's InsufficientCapacityError events live (the manager's cache of
+	// Events holds SpotInterrupted only).
+	events    client.Reader
 	scorer    cloud.PlacementScorer
 	clock     clock.Clock
 	recorder  events.EventRecorder
@@ -113,7 +116,7 @@ func New(c client.Client, scorer cloud.PlacementScorer, clk clock.Clock, recorde
 	if opts.ProbeTTL <= 0 {
 		opts.ProbeTTL = time.Minute
 	}
-	return &Controller{client: c, scorer: scorer, clock: clk, recorder: recorder, namespace: namespace, opts: opts}
+	return &Controller{client: c, events: c, scorer: scorer, clock: clk, recorder: recorder, namespace: namespace, opts: opts}
 }
 
 // Register adds the controller: policies, and Karpenter's Nodes mapped to every policy. With
@@ -128,6 +131,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 			return o.Spec.Unschedulable != n.Spec.Unschedulable || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 		},
 	})
+	c.events = mgr.GetAPIReader()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("reclaimback").
 		For(&v1alpha1.ReclaimBackPolicy{}).
@@ -411,13 +415,14 @@ func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPoli
 	log := klog.FromContext(ctx)
 	verdict := map[string]*reclaimplan.GateResult{} // per NodePool: nil passes
 	tel := c.telemetry(ctx)
+	ice, iceErr := c.iceEvents(ctx)
 	for _, cand := range movable {
 		if len(started) >= slots {
 			break
 		}
 		v, seen := verdict[cand.NodePool]
 		if !seen {
-			v = c.spotBack(ctx, p, cand.NodePool, f, tel, now)
+			v = c.spotBack(ctx, p, cand.NodePool, f, spotSignals{tel, ice, iceErr}, now)
 			verdict[cand.NodePool] = v
 		}
 		if v != nil {
@@ -436,9 +441,27 @@ func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPoli
 	return started, blocked
 }
 
-// spotBack checks that Spot is back for a NodePool: no interruption of its Spot types for
-// minSpotStability, and a placement score ≥ minPlacementScore in every zone it uses. nil passes.
-func (c *Controller) spotBack(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, pool string, f *fleet, tel *telemetry.Telemetry, now time.Time) *reclaimplan.GateResult {
+// spotSignals are what a pass knows of Spot's recent trouble: Lifeboat's interruption
+// telemetry and Karpenter's InsufficientCapacityError events (or why they could not be read).
+type spotSignals struct {
+	tel    *telemetry.Telemetry
+	ice    []corev1.Event
+	iceErr error
+}
+
+// iceEvents lists Karpenter's InsufficientCapacityError events, live.
+func (c *Controller) iceEvents(ctx context.Context) ([]corev1.Event, error) {
+	var l corev1.EventList
+	if err := c.events.List(ctx, &l, client.MatchingFields{"reason": reclaimplan.ReasonKarpenterICE}); err != nil {
+		return nil, fmt.Errorf("list Karpenter's %s events: %w", reclaimplan.ReasonKarpenterICE, err)
+	}
+	return l.Items, nil
+}
+
+// spotBack checks that Spot is back for a NodePool: no interruption of its Spot types and no
+// Karpenter launch of its NodeClaims failing for insufficient capacity for minSpotStability,
+// and a placement score ≥ minPlacementScore in every zone it uses. nil passes.
+func (c *Controller) spotBack(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, pool string, f *fleet, sig spotSignals, now time.Time) *reclaimplan.GateResult {
 	var reqs []corev1.NodeSelectorRequirement
 	if np := f.pools[pool]; np != nil {
 		for _, r := range np.Spec.Template.Spec.Requirements {
@@ -447,9 +470,16 @@ func (c *Controller) spotBack(ctx context.Context, p *v1alpha1.ReclaimBackPolicy
 	}
 	instanceTypes, zoneIDs := reclaimplan.ProbeScope(reqs, f.byPool[pool])
 	stability := durationOr(p.Spec.MinSpotStability, 30*time.Minute)
-	if ok, last := reclaimplan.SpotStable(tel, instanceTypes, now, stability); !ok {
+	if ok, last := reclaimplan.SpotStable(sig.tel, instanceTypes, now, stability); !ok {
 		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonSpotUnstable,
 			Message: fmt.Sprintf("NodePool %s: a Spot interruption of its instance types at %s, less than minSpotStability %s ago", pool, last.UTC().Format(time.RFC3339), stability)}
+	}
+	if sig.iceErr != nil {
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonProbeFailed, Message: sig.iceErr.Error()}
+	}
+	if last := reclaimplan.LastICE(sig.ice, pool); last.After(now.Add(-stability)) {
+		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonSpotUnstable,
+			Message: fmt.Sprintf("NodePool %s: Karpenter found no capacity for one of its NodeClaims (%s) at %s, less than minSpotStability %s ago", pool, reclaimplan.ReasonKarpenterICE, last.UTC().Format(time.RFC3339), stability)}
 	}
 	if c.scorer == nil {
 		return &reclaimplan.GateResult{Reason: v1alpha1.ReasonProbeFailed, Message: "no Spot placement scorer configured (AWS clients)"}

@@ -99,6 +99,7 @@ func newHarness(t *testing.T, p *v1alpha1.ReclaimBackPolicy) *harness {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(objs...).WithStatusSubresource(p).
 		WithIndex(&corev1.Pod{}, indexes.PodNodeName, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithIndex(&corev1.Event{}, "reason", func(o client.Object) []string { return []string{o.(*corev1.Event).Reason} }).
 		Build()
 	h := &harness{t: t, c: c, clock: clocktesting.NewFakeClock(now), scorer: cloudtest.NewPlacementScorer(map[string]int{"use1-az1": 9}), rec: events.NewFakeRecorder(100)}
 	h.restart()
@@ -409,6 +410,29 @@ func TestSpotUnstable(t *testing.T) {
 	h.reconcile()
 	if _, moving := h.move("od-1"); !moving {
 		t.Errorf("35 m after the interruption (minSpotStability 30m) nothing moves: %q", blocked(h.policy()))
+	}
+}
+
+// TestKarpenterICEHoldsMoves: Karpenter's InsufficientCapacityError on a NodeClaim of the
+// NodePool counts against minSpotStability like an interruption; another NodePool's does not.
+func TestKarpenterICEHoldsMoves(t *testing.T) {
+	h := newHarness(t, policy(nil))
+	ice := func(name, claim string, at time.Time) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "karpenter.sh/v1", Kind: "NodeClaim", Name: claim},
+			Reason:         reclaimplan.ReasonKarpenterICE, Type: corev1.EventTypeWarning, LastTimestamp: metav1.NewTime(at),
+			Message: "NodeClaim " + claim + " event: insufficient capacity, all requested instance types were unavailable during launch"}
+	}
+	h.create(ice("other-pool", "batch-x7k2p", now.Add(-time.Minute)))
+	h.create(ice("this-pool", "default-q8k2z", now.Add(-10*time.Minute)))
+	h.reconcile()
+	if _, moving := h.move("od-1"); moving || blocked(h.policy()) != v1alpha1.ReasonSpotUnstable {
+		t.Errorf("an ICE 10 m ago: moving %v, blocked %q; want SpotUnstable", moving, blocked(h.policy()))
+	}
+	h.clock.Step(21 * time.Minute)
+	h.reconcile()
+	if _, moving := h.move("od-1"); !moving {
+		t.Errorf("31 m after the ICE (minSpotStability 30m) nothing moves: %q", blocked(h.policy()))
 	}
 }
 

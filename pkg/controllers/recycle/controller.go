@@ -19,9 +19,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -44,16 +42,9 @@ func New(c client.Client, instances cloud.Instances, clk clock.Clock, recorder e
 	return &Controller{client: c, cloud: instances, clock: clk, recorder: recorder}
 }
 
-func draining(o client.Object) bool {
-	return o.GetLabels()[v1alpha1.LabelPool] != "" && o.GetLabels()[v1alpha1.LabelState] == string(v1alpha1.NodeStateDraining)
-}
-
 // Register adds the controller; it also wakes on Pod deletions via its periodic requeue.
 func (c *Controller) Register(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("recycle").
-		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(draining))).
-		Complete(c)
+	return nodeutil.RegisterForPoolNodes(mgr, "recycle", 0, c, v1alpha1.NodeStateDraining)
 }
 
 // Reconcile recycles one empty draining node: re-hibernate or terminate (Decide).
@@ -62,7 +53,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !draining(n) {
+	if !nodeutil.InPoolState(n, v1alpha1.NodeStateDraining) {
 		return reconcile.Result{}, nil
 	}
 	pods, err := handoff.PodsOn(ctx, c.client, n.Name)

@@ -61,19 +61,15 @@ func (r *Release) startWebhook(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := localcluster.FreePorts(2)
+	endpoints, err := r.endpointFlags(Webhook)
 	if err != nil {
 		return err
 	}
-	r.MetricsURL[Webhook] = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
-	r.HealthURL[Webhook] = fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])
-	return r.start(Webhook, append(append([]string{}, c.Args...),
+	args := append(append([]string{}, c.Args...),
 		"--kubeconfig="+kubeconfig,
 		"--bind-address="+r.hostIP, fmt.Sprintf("--port=%d", r.webhookPort),
-		"--tls-cert-dir="+filepath.Join(r.o.WorkDir, "webhook-certs"),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
-	), nil)
+		"--tls-cert-dir="+filepath.Join(r.o.WorkDir, "webhook-certs"))
+	return r.start(Webhook, append(args, endpoints...), nil)
 }
 
 // startScheduler: the chart's KubeSchedulerConfiguration with its kubeconfig filled in (with
@@ -141,16 +137,27 @@ func (r *Release) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := localcluster.FreePorts(2)
+	endpoints, err := r.endpointFlags(Controller)
 	if err != nil {
 		return err
 	}
-	r.MetricsURL[Controller] = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
-	r.HealthURL[Controller] = fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])
-	args := append(append(append([]string{}, c.Args...), r.o.ControllerArgs...),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]))
+	args := append(append(append([]string{}, c.Args...), r.o.ControllerArgs...), endpoints...)
 	return r.start(Controller, args, append(append(env, "KUBECONFIG="+kubeconfig), r.o.ControllerEnv...))
+}
+
+// endpointFlags picks free ports for the metrics and health endpoints of a controller-runtime
+// binary (the webhook, the controller), records their URLs and returns the flags that bind them.
+func (r *Release) endpointFlags(name string) ([]string, error) {
+	ports, err := localcluster.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	r.MetricsURL[name] = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
+	r.HealthURL[name] = fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])
+	return []string{
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
+	}, nil
 }
 
 // container returns a container of an installed Deployment.

@@ -106,7 +106,9 @@ type htmlData struct {
 	Workloads []workloadChart
 	Nodes     []workloadChart
 	Savings   template.HTML
-	Table     string
+	// OnDemand charts Karpenter's On-Demand nodes per mode; empty when there were none.
+	OnDemand template.HTML
+	Table    string
 }
 
 type outcomeLine struct {
@@ -206,6 +208,7 @@ func WriteHTML(w io.Writer, rep *Report, runs []*Run) error {
 		savings = append(savings, s)
 	}
 	d.Savings = chart("Spot savings rate (%) of the running nodes", savings, markers, span, 100)
+	d.OnDemand = onDemandChart(runs, markers, span)
 	for _, r := range runs {
 		var ss []series
 		maxV := 1.0
@@ -262,6 +265,29 @@ table.figures th:nth-child(-n+2),table.figures td:nth-child(-n+2){text-align:lef
 <h2>Spot savings rate</h2>
 <p>1 − price of the running nodes / their On-Demand price, every second.</p>
 {{.Savings}}
+{{if .OnDemand}}<h2>On-Demand fallback nodes</h2>
+<p>Karpenter's On-Demand nodes per mode: what it fell back to during the crunch, and what reclaim-back returned to Spot (Lifeboat mode).</p>
+{{.OnDemand}}{{end}}
 <h2>Summary as text</h2><p>What <code>lifeboat sim run</code> printed.</p><pre>{{.Table}}</pre>
 </body></html>
 `))
+
+// onDemandChart compares Karpenter's On-Demand nodes across the modes; empty when no mode had
+// one.
+func onDemandChart(runs []*Run, markers []Marker, span time.Duration) template.HTML {
+	var ss []series
+	peak := 0
+	for _, r := range runs {
+		s := series{Name: r.Mode, Colour: colour(modeColours, r.Mode)}
+		for _, smp := range r.Samples {
+			n := smp.Nodes["karpenter-on-demand"]
+			peak = max(peak, n)
+			s.Points = append(s.Points, point{smp.At, float64(n)})
+		}
+		ss = append(ss, s)
+	}
+	if peak == 0 {
+		return ""
+	}
+	return chart("Karpenter On-Demand nodes", ss, markers, span, float64(peak)+1)
+}

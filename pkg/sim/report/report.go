@@ -25,6 +25,8 @@ type Sample struct {
 	// Savings is 1 − (hourly price of the running nodes) / (their On-Demand price): the Spot
 	// savings rate at that instant (0 when no node runs).
 	Savings float64
+	// OnDemandHourly is the hourly price of Karpenter's On-Demand nodes.
+	OnDemandHourly float64
 }
 
 // NodeKinds are the node series the observers count.
@@ -102,6 +104,11 @@ type Report struct {
 	Generated time.Time              `json:"generated"`
 	Shortened []string               `json:"shortened,omitempty"`
 	Modes     map[string]*ModeResult `json:"modes"`
+	// SpotPriceRatio is the scenario's Spot price as a fraction of On-Demand (spotDiscount).
+	SpotPriceRatio float64 `json:"spot_price_ratio,omitempty"`
+	// ReclaimBack compares the On-Demand fallback capacity of both modes after a crunch
+	// (fallback.go); omitted without one.
+	ReclaimBack *ReclaimBackResult `json:"reclaim_back,omitempty"`
 	// Regressions compares every workload present in both the baseline and the lifeboat mode
 	// (see Worse): empty when Lifeboat did no workload harm, omitted unless both modes ran.
 	Regressions []Regression `json:"regressions,omitzero"`
@@ -113,6 +120,8 @@ type ModeResult struct {
 	Nodes     NodeResult                 `json:"nodes"`
 	Cost      CostResult                 `json:"cost"`
 	Markers   []Marker                   `json:"markers,omitempty"`
+	// Fallback is the On-Demand fallback capacity around a capacity crunch (fallback.go).
+	Fallback *FallbackResult `json:"fallback,omitempty"`
 }
 
 // WorkloadResult holds one workload's availability figures.
@@ -174,7 +183,8 @@ func Summarize(r *Run) *ModeResult {
 		Cost: CostResult{LifeboatDollars: round4(r.LifeboatDollars), OverprovisioningDollars: round4(r.OverprovisioningDollars),
 			RunsPerMonth: r.RunsPerMonth, LifeboatDollarsPerMonth: round2(r.LifeboatDollarsPerMonth),
 			OverprovisioningDollarsPerMonth: round2(r.OverprovisioningDollarsPerMonth)},
-		Markers: r.Markers,
+		Markers:  r.Markers,
+		Fallback: summarizeFallback(r),
 	}
 	if len(r.Samples) > 0 {
 		sum, lowest := 0.0, 1.0
@@ -269,12 +279,14 @@ func round(f float64) float64  { return float64(int64(f*10+0.5)) / 10 }
 func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 func round4(f float64) float64 { return float64(int64(f*10000+0.5)) / 10000 }
 
-// New builds a report from every mode's run.
-func New(scenario string, shortened []string, runs []*Run) *Report {
-	rep := &Report{Scenario: scenario, Generated: time.Now().UTC(), Shortened: shortened, Modes: map[string]*ModeResult{}}
+// New builds a report from every mode's run; spotPriceRatio is the scenario's Spot price as
+// a fraction of On-Demand.
+func New(scenario string, shortened []string, spotPriceRatio float64, runs []*Run) *Report {
+	rep := &Report{Scenario: scenario, Generated: time.Now().UTC(), Shortened: shortened, SpotPriceRatio: spotPriceRatio, Modes: map[string]*ModeResult{}}
 	for _, r := range runs {
 		rep.Modes[r.Mode] = Summarize(r)
 	}
+	rep.ReclaimBack = rep.reclaimBack()
 	rep.Regressions = rep.Worse()
 	return rep
 }
@@ -285,6 +297,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	enc.SetIndent("", "  ")
 	out := *rep
 	out.Regressions = rep.Worse()
+	out.ReclaimBack = rep.reclaimBack()
 	return enc.Encode(&out)
 }
 
@@ -383,7 +396,7 @@ func (rep *Report) Outcome() []string {
 	if len(regs) == 0 {
 		lines = append(lines, "No workload did worse with Lifeboat than with Karpenter alone.")
 	}
-	return lines
+	return append(lines, rep.fallbackOutcome()...)
 }
 
 // thousands writes f rounded to an integer with thousands separators: 2310.4 → "2,310".

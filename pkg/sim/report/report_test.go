@@ -57,7 +57,7 @@ func TestReportFormats(t *testing.T) {
 		run("lifeboat", 2*time.Second, []int32{12, 12, 12, 11, 12}),
 		run("baseline", 2*time.Second, []int32{12, 12, 8, 0, 12}),
 	}
-	rep := New("monday-reclaim", []string{"activeDuration 3m"}, runs)
+	rep := New("monday-reclaim", []string{"activeDuration 3m"}, 0.35, runs)
 	if got := rep.ModeNames(); strings.Join(got, ",") != "baseline,lifeboat" {
 		t.Errorf("mode order %v", got)
 	}
@@ -142,7 +142,7 @@ func TestSummarizeResumesAndMonthlyCost(t *testing.T) {
 	if c := res.Cost; c.RunsPerMonth != 4 || c.LifeboatDollarsPerMonth != 13.57 || c.OverprovisioningDollarsPerMonth != 196.22 {
 		t.Errorf("monthly cost %+v", c)
 	}
-	table := New("s", nil, []*Run{r}).String()
+	table := New("s", nil, 0.35, []*Run{r}).String()
 	if !strings.Contains(table, "0.020 / 0.040") || !strings.Contains(table, "ratio 0.07") {
 		t.Errorf("table lacks resume latency or the monthly ratio:\n%s", table)
 	}
@@ -325,7 +325,7 @@ func TestReportJSONRegressions(t *testing.T) {
 		run("baseline", 2*time.Second, []int32{12, 12, 8, 0, 12}),
 		run("lifeboat", 2*time.Second, []int32{12, 12, 11, 11, 12}),
 	}
-	doc := decode(New("s", nil, runs))
+	doc := decode(New("s", nil, 0.35, runs))
 	regs, ok := doc["regressions"].([]any)
 	if !ok || len(regs) != 0 {
 		t.Errorf("regressions = %#v, want an empty list", doc["regressions"])
@@ -337,7 +337,7 @@ func TestReportJSONRegressions(t *testing.T) {
 
 	// Swapped: lifeboat is the one that fell to zero.
 	runs[0].Mode, runs[1].Mode = "lifeboat", "baseline"
-	rep := New("s", nil, runs)
+	rep := New("s", nil, 0.35, runs)
 	doc = decode(rep)
 	regs, _ = doc["regressions"].([]any)
 	var metrics []string
@@ -366,7 +366,7 @@ func TestReportJSONRegressions(t *testing.T) {
 	}
 
 	// One mode: nothing to compare, no regressions key.
-	doc = decode(New("s", nil, runs[:1]))
+	doc = decode(New("s", nil, 0.35, runs[:1]))
 	if _, ok := doc["regressions"]; ok {
 		t.Errorf("a one-mode report has regressions: %v", doc["regressions"])
 	}

@@ -48,6 +48,8 @@ type Scenario struct {
 	WarmupTimeout Duration `yaml:"warmupTimeout,omitempty"`
 	// Cost holds the assumptions of the monthly cost projection.
 	Cost Cost `yaml:"cost,omitempty"`
+	// ReclaimBack moves On-Demand fallback nodes back to Spot in lifeboat mode (reclaimback.go).
+	ReclaimBack *ReclaimBack `yaml:"reclaimBack,omitempty"`
 }
 
 // Cost holds the assumptions that turn one run's cost into a monthly figure.
@@ -177,8 +179,12 @@ const (
 	EventNotice EventKind = "notice"
 	// EventRebalance: a rebalance recommendation for Count nodes of Pool.
 	EventRebalance EventKind = "rebalance"
-	// EventICE: Pool (or every Spot pool when Pool.InstanceType is "*") has no capacity For.
+	// EventICE: Pool (or every Spot pool when Pool.InstanceType is "*") has no capacity For;
+	// its Spot placement score is Score (default 1) for that time.
 	EventICE EventKind = "ice"
+	// EventPlacementScore: EC2 answers GetSpotPlacementScores with Score for Pool's types and
+	// zone (empty: all) from then on, or For when set.
+	EventPlacementScore EventKind = "placement-score"
 )
 
 // Event is one scheduled market event.
@@ -189,6 +195,8 @@ type Event struct {
 	Count  int       `yaml:"count,omitempty"`
 	Spread Duration  `yaml:"spread,omitempty"`
 	For    Duration  `yaml:"for,omitempty"`
+	// Score is a Spot placement score, 1–10 (ice, placement-score).
+	Score int `yaml:"score,omitempty"`
 }
 
 // Pool names a capacity pool: instance type × zone (× capacity type, Spot for notices).
@@ -296,6 +304,9 @@ func (s *Scenario) applyDefaults() {
 	if s.WarmupTimeout.Duration == 0 {
 		s.WarmupTimeout.Duration = 6 * time.Minute
 	}
+	if s.ReclaimBack != nil {
+		s.ReclaimBack.applyDefaults()
+	}
 	if s.WarmPool != nil {
 		if s.WarmPool.Handoff == "" {
 			s.WarmPool.Handoff = "AfterActiveDuration"
@@ -339,6 +350,9 @@ func (s *Scenario) Validate() []*FieldError {
 		}
 	}
 	s.validateEvents(&p, types)
+	if s.ReclaimBack != nil {
+		s.ReclaimBack.validate(&p, s)
+	}
 	return p
 }
 
@@ -528,6 +542,7 @@ func (s *Scenario) validateEvents(p *problems, types map[string]bool) {
 			p.bad(f+".pool.zone", "%q is not in cluster.zones", e.Pool.Zone)
 		}
 		e.validateKind(p, f)
+		e.validateScore(p, f)
 	}
 }
 
@@ -538,13 +553,13 @@ func (e Event) validateKind(p *problems, f string) {
 		if e.Count <= 0 {
 			p.bad(f+".count", "must be > 0 for a %s", e.Kind)
 		}
-	case EventNotice:
+	case EventNotice, EventPlacementScore:
 	case EventICE:
 		if e.For.Duration <= 0 {
 			p.bad(f+".for", "must be > 0 for an ice event (how long the pool has no capacity)")
 		}
 	default:
-		p.bad(f+".kind", "want burst, notice, rebalance or ice, got %q", e.Kind)
+		p.bad(f+".kind", "want burst, notice, rebalance, ice or placement-score, got %q", e.Kind)
 	}
 }
 

@@ -76,6 +76,13 @@ workloads:
 		{"event outside duration", base("events:\n- {at: 9m, kind: notice}\n"), []string{"line 16", "events[0].at"}},
 		{"event unknown pool type", base("events:\n- {at: 1m, kind: burst, count: 2, pool: {instanceType: x9.huge}}\n"), []string{"events[0].pool.instanceType", "x9.huge"}},
 		{"ice needs for", base("events:\n- {at: 1m, kind: ice}\n"), []string{"events[0].for"}},
+		{"placement score out of range", base("events:\n- {at: 1m, kind: placement-score, score: 11}\n"), []string{"line 16", "events[0].score", "1 to 10"}},
+		{"score on a notice", base("events:\n- {at: 1m, kind: notice, score: 3}\n"), []string{"events[0].score", "only ice and placement-score"}},
+		{"reclaim-back without lifeboat", base("reclaimBack: {}\n"), []string{"reclaimBack", "lifeboat mode"}},
+		{"reclaim-back window past the end", base("reclaimBack:\n  window: {after: 6m, for: 2m}\n"), []string{"line 16", "reclaimBack.window.after", "duration (5m0s)"}},
+		{"reclaim-back window too short", base("reclaimBack:\n  window: {after: 1m, for: 30s}\n"), []string{"reclaimBack.window.for", "at least 1m"}},
+		{"reclaim-back bad in-flight", base("reclaimBack:\n  maxInFlight: lots\n"), []string{"line 16", "reclaimBack.maxInFlight", "lots"}},
+		{"reclaim-back bad score", base("reclaimBack:\n  minPlacementScore: 12\n"), []string{"reclaimBack.minPlacementScore", "1 to 10"}},
 		{"jitter above mean", strings.Replace(base(""), "{mean: 40s}", "{mean: 4s, jitter: 10s}", 1), []string{"line 8", "timing.karpenterBoot"}},
 		{"empty", "", []string{"empty"}},
 	}
@@ -103,6 +110,43 @@ workloads:
 	} {
 		if _, err := Parse("ok.yaml", []byte(base(ok))); err != nil {
 			t.Errorf("%q rejected: %v", strings.TrimSpace(ok), err)
+		}
+	}
+}
+
+func TestReclaimBackDefaultsAndScores(t *testing.T) {
+	s, err := Load("regional-crunch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := s.ReclaimBack
+	if rb == nil || rb.Window == nil || rb.Window.After.Duration != 9*time.Minute || rb.MaxInFlight != "2" {
+		t.Fatalf("regional-crunch reclaimBack = %+v", rb)
+	}
+	var ice, score *Event
+	for i := range s.Events {
+		switch s.Events[i].Kind {
+		case EventICE:
+			ice = &s.Events[i]
+		case EventPlacementScore:
+			score = &s.Events[i]
+		}
+	}
+	if ice == nil || ice.PlacementScore() != 1 {
+		t.Errorf("the crunch's placement score = %v, want the default 1", ice)
+	}
+	if score == nil || score.PlacementScore() != 4 || score.For.Duration != 2*time.Minute {
+		t.Errorf("placement-score event = %+v", score)
+	}
+	d := &ReclaimBack{}
+	d.applyDefaults()
+	want := ReclaimBack{MinSpotStability: Duration{time.Minute}, MinPlacementScore: 7, MaxInFlight: "1", MoveTimeout: Duration{5 * time.Minute}, CoolDown: Duration{time.Minute}}
+	if d.String() != want.String() || d.MoveTimeout != want.MoveTimeout || d.CoolDown != want.CoolDown {
+		t.Errorf("defaults = %+v, want %+v", d, want)
+	}
+	for v, ok := range map[string]bool{"1": true, "10%": true, "100%": true, "0": false, "101%": false, "-1": false, "a%": false} {
+		if validInFlight(v) != ok {
+			t.Errorf("validInFlight(%q) = %v", v, !ok)
 		}
 	}
 }

@@ -38,7 +38,9 @@ const (
 //
 //  1. Karpenter launched On-Demand for a protected Deployment (its NodePool allowed only
 //     On-Demand, then allows Spot too) and for a critical Deployment.
-//  2. A policy whose window is closed: nothing moves; the status says why and when.
+//  2. A policy whose window is closed: nothing moves; the status says why and when. Then the
+//     window opens, but a fresh Karpenter InsufficientCapacityError event for a NodeClaim of
+//     the NodePool holds the moves (SpotUnstable) until it is gone.
 //  3. The window opens (always), but a heavier On-Demand-only NodePool makes Karpenter launch
 //     On-Demand again for the surge: the move is aborted, undone and cooled down.
 //  4. That NodePool is gone; after the cool-down the next try surges onto Spot. The controller
@@ -126,7 +128,27 @@ func TestReclaimBack(t *testing.T) {
 	if err := e.cluster.ApplyYAML(ctx, nodePoolYAML("od-first", 100, "on-demand", "100%")); err != nil {
 		t.Fatal(err)
 	}
+	// 2b. The window is open, but Karpenter just failed to launch a NodeClaim of the NodePool
+	// for insufficient capacity (the Warning event it publishes): Spot is not back yet.
+	ice := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "default-ice01.ice"},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "karpenter.sh/v1", Kind: "NodeClaim", Name: "default-ice01"},
+		Reason:         reclaimplan.ReasonKarpenterICE, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "karpenter"},
+		Message:        "NodeClaim default-ice01 event: insufficient capacity, all requested instance types were unavailable during launch",
+		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1}
+	if _, err := kube.CoreV1().Events("default").Create(ctx, ice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.patchPolicy(ctx, func(s *v1alpha1.ReclaimBackPolicySpec) { s.Windows, s.Always = nil, true })
+	e.waitFor("Blocked SpotUnstable by Karpenter's ICE", 30*time.Second, e.policyCond(func(p *v1alpha1.ReclaimBackPolicy) (bool, string) {
+		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionBlocked)
+		return c != nil && c.Reason == v1alpha1.ReasonSpotUnstable && strings.Contains(c.Message, reclaimplan.ReasonKarpenterICE) && len(p.Status.InFlight) == 0,
+			fmt.Sprintf("conditions %+v inFlight %+v", p.Status.Conditions, p.Status.InFlight)
+	}))
+	if err := kube.CoreV1().Events("default").Delete(ctx, ice.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Nudge a pass now that the event is gone (a Node change would too, or the idle requeue).
+	e.patchPolicy(ctx, func(s *v1alpha1.ReclaimBackPolicySpec) { s.MoveTimeout = &metav1.Duration{Duration: 15 * time.Minute} })
 	e.waitFor("the first try aborted", 2*time.Minute, e.policyCond(func(p *v1alpha1.ReclaimBackPolicy) (bool, string) {
 		lm := p.Status.LastMove
 		return p.Status.Aborted >= 1 && lm != nil && lm.Reason == reclaimplan.AbortOnDemandAgain && p.Status.CoolDownUntil != nil,

@@ -10,41 +10,29 @@ import (
 
 // RegisterConversions adds conversions between the v1 and internal args to a scheme.
 func RegisterConversions(s *runtime.Scheme) error {
-	fns := []struct {
-		a, b interface{}
-		fn   conversion.ConversionFunc
-	}{
-		{(*LifeboatTaintsArgs)(nil), (*config.LifeboatTaintsArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
-			Convert_v1_LifeboatTaintsArgs_To_config_LifeboatTaintsArgs(a.(*LifeboatTaintsArgs), b.(*config.LifeboatTaintsArgs))
-			return nil
-		}},
-		{(*config.LifeboatTaintsArgs)(nil), (*LifeboatTaintsArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
-			Convert_config_LifeboatTaintsArgs_To_v1_LifeboatTaintsArgs(a.(*config.LifeboatTaintsArgs), b.(*LifeboatTaintsArgs))
-			return nil
-		}},
-		{(*LifeboatPlacementArgs)(nil), (*config.LifeboatPlacementArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
-			Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs(a.(*LifeboatPlacementArgs), b.(*config.LifeboatPlacementArgs))
-			return nil
-		}},
-		{(*config.LifeboatPlacementArgs)(nil), (*LifeboatPlacementArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
-			Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs(a.(*config.LifeboatPlacementArgs), b.(*LifeboatPlacementArgs))
-			return nil
-		}},
-		{(*CapacityPoolSpreadArgs)(nil), (*config.CapacityPoolSpreadArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
-			Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs(a.(*CapacityPoolSpreadArgs), b.(*config.CapacityPoolSpreadArgs))
-			return nil
-		}},
-		{(*config.CapacityPoolSpreadArgs)(nil), (*CapacityPoolSpreadArgs)(nil), func(a, b interface{}, _ conversion.Scope) error {
-			Convert_config_CapacityPoolSpreadArgs_To_v1_CapacityPoolSpreadArgs(a.(*config.CapacityPoolSpreadArgs), b.(*CapacityPoolSpreadArgs))
-			return nil
-		}},
-	}
-	for _, f := range fns {
-		if err := s.AddConversionFunc(f.a, f.b, f.fn); err != nil {
+	for _, add := range []func(*runtime.Scheme) error{
+		addConversion(Convert_v1_LifeboatTaintsArgs_To_config_LifeboatTaintsArgs),
+		addConversion(Convert_config_LifeboatTaintsArgs_To_v1_LifeboatTaintsArgs),
+		addConversion(Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs),
+		addConversion(Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs),
+		addConversion(Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs),
+		addConversion(Convert_config_CapacityPoolSpreadArgs_To_v1_CapacityPoolSpreadArgs),
+	} {
+		if err := add(s); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// addConversion returns the registration of convert as a scheme's conversion from *In to *Out.
+func addConversion[In, Out any](convert func(*In, *Out)) func(*runtime.Scheme) error {
+	return func(s *runtime.Scheme) error {
+		return s.AddConversionFunc((*In)(nil), (*Out)(nil), func(a, b interface{}, _ conversion.Scope) error {
+			convert(a.(*In), b.(*Out))
+			return nil
+		})
+	}
 }
 
 // Convert_v1_LifeboatTaintsArgs_To_config_LifeboatTaintsArgs converts wire args to internal.
