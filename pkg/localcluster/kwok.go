@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/kwoknode"
 )
 
 // How the harness drives KWOK. KWOK only manages Nodes carrying KWOKAnnotation (Karpenter's
@@ -39,15 +41,17 @@ import (
 //     podReplacementPolicy Failed, replaces it only then) and is removed;
 //   - a Node lists the images of the Pods bound to it in node.status.images, as a kubelet
 //     reports the images it pulled.
+//
+// The names are package kwoknode's (shared with the AWS emulator).
 const (
-	KWOKAnnotation      = "kwok.x-k8s.io/node"
-	KWOKAnnotationValue = "fake"
+	KWOKAnnotation      = kwoknode.Annotation
+	KWOKAnnotationValue = kwoknode.AnnotationValue
 
-	LabelPower        = "lifeboat.dev/power"
-	PowerOff          = "off"
-	AnnotationReadyAt = "sim.lifeboat.dev/ready-at"
-	AnnotationStartAt = "sim.lifeboat.dev/start-at"
-	AnnotationRunFor  = "sim.lifeboat.dev/run-for"
+	LabelPower        = kwoknode.LabelPower
+	PowerOff          = kwoknode.PowerOff
+	AnnotationReadyAt = kwoknode.AnnotationReadyAt
+	AnnotationStartAt = kwoknode.AnnotationStartAt
+	AnnotationRunFor  = kwoknode.AnnotationRunFor
 )
 
 // DelayRule gives a delay to Nodes whose labels match Selector (all key/values). Rules are

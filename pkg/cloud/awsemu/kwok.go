@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster/kwoknode"
 )
 
 // BoundInstance is what a NodeBinder learns about an instance.
@@ -179,16 +180,15 @@ func (e *Emulator) bindLocked(op binderOp, in *instance) {
 	}})
 }
 
-// The local cluster's KWOK conventions, the same as pkg/localcluster's (kept here so that the
-// emulator does not depend on the control plane's package):
+// The local cluster's KWOK conventions (package kwoknode, shared with pkg/localcluster):
 //   - LabelPower=off makes the KWOK stages stop heartbeating and set Ready=False; removing it
 //     brings the Node back;
 //   - AnnotationReadyAt (RFC 3339) is when a booting or powered-on Node turns Ready. The emulator
 //     has already waited the boot or resume delay when it calls the binder, so it writes "now".
 const (
-	LabelPower        = v1alpha1.Group + "/power"
-	PowerOff          = "off"
-	AnnotationReadyAt = "sim.lifeboat.dev/ready-at"
+	LabelPower        = kwoknode.LabelPower
+	PowerOff          = kwoknode.PowerOff
+	AnnotationReadyAt = kwoknode.AnnotationReadyAt
 )
 
 // KubeNodeBinder is the client-go NodeBinder for a cluster whose Nodes are simulated by KWOK.
@@ -207,7 +207,7 @@ var _ NodeBinder = (*KubeNodeBinder)(nil)
 
 // DefaultKWOKAnnotations select Nodes for KWOK's default configuration.
 func DefaultKWOKAnnotations() map[string]string {
-	return map[string]string{"kwok.x-k8s.io/node": "fake"}
+	return map[string]string{kwoknode.Annotation: kwoknode.AnnotationValue}
 }
 
 // NodeFor builds the Node a KubeNodeBinder registers for an instance: named by its private DNS
