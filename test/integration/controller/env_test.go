@@ -251,10 +251,12 @@ func (e *env) waitFor(what string, timeout time.Duration, cond func(ctx context.
 	defer cancel()
 	last := ""
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		ok, desc := cond(ctx)
-		if ctx.Err() == nil {
-			last = desc
-		}
+		// Each look gets its own few seconds, so that the last one before the deadline still
+		// reads the state (the failure message shows it) instead of failing on the deadline.
+		look, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer done()
+		ok, desc := cond(look)
+		last = desc
 		return ok, nil
 	})
 	if err != nil {
