@@ -414,15 +414,18 @@ func (c *Controller) podsOn(ctx context.Context, node string) ([]*corev1.Pod, er
 func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, movable []reclaimplan.Candidate, slots int, f *fleet, now time.Time) (started []v1alpha1.MoveStatus, blocked reclaimplan.GateResult) {
 	log := klog.FromContext(ctx)
 	verdict := map[string]*reclaimplan.GateResult{} // per NodePool: nil passes
-	tel := c.telemetry(ctx)
-	ice, iceErr := c.iceEvents(ctx)
+	var sig *spotSignals // read once, for the first NodePool that needs them
 	for _, cand := range movable {
 		if len(started) >= slots {
 			break
 		}
 		v, seen := verdict[cand.NodePool]
 		if !seen {
-			v = c.spotBack(ctx, p, cand.NodePool, f, spotSignals{tel, ice, iceErr}, now)
+			if sig == nil {
+				ice, err := c.iceEvents(ctx)
+				sig = &spotSignals{tel: c.telemetry(ctx), ice: ice, iceErr: err}
+			}
+			v = c.spotBack(ctx, p, cand.NodePool, f, *sig, now)
 			verdict[cand.NodePool] = v
 		}
 		if v != nil {

@@ -205,11 +205,9 @@ func Summarize(r *Run) *ModeResult {
 	}
 	res.Nodes.ResumeStartP50Seconds, res.Nodes.ResumeStartP99Seconds = quantileSeconds(toStart, 0.5), quantileSeconds(toStart, 0.99)
 	res.Nodes.ResumeReadyP50Seconds, res.Nodes.ResumeReadyP99Seconds = quantileSeconds(toReady, 0.5), quantileSeconds(toReady, 0.99)
-	firstNotice := time.Duration(-1)
-	for _, m := range r.Markers {
-		if m.Kind == "notice" && (firstNotice < 0 || m.At < firstNotice) {
-			firstNotice = m.At
-		}
+	firstNotice, noticed := markerAt(r.Markers, "notice")
+	if !noticed {
+		firstNotice = -1
 	}
 	step := r.Interval.Seconds()
 	if step <= 0 {
