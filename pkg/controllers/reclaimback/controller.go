@@ -414,7 +414,7 @@ func (c *Controller) podsOn(ctx context.Context, node string) ([]*corev1.Pod, er
 func (c *Controller) startMoves(ctx context.Context, p *v1alpha1.ReclaimBackPolicy, movable []reclaimplan.Candidate, slots int, f *fleet, now time.Time) (started []v1alpha1.MoveStatus, blocked reclaimplan.GateResult) {
 	log := klog.FromContext(ctx)
 	verdict := map[string]*reclaimplan.GateResult{} // per NodePool: nil passes
-	var sig *spotSignals // read once, for the first NodePool that needs them
+	var sig *spotSignals                            // read once, for the first NodePool that needs them
 	for _, cand := range movable {
 		if len(started) >= slots {
 			break
