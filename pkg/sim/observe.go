@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
@@ -97,8 +98,16 @@ func (o *observer) run(ctx context.Context, interval time.Duration) {
 
 func (o *observer) sample(interval time.Duration) {
 	s := report.Sample{Workloads: map[string]int32{}, Nodes: map[string]int{}}
-	for _, obj := range o.pods.List() {
-		p := obj.(*corev1.Pod)
+	podObjs, nodeObjs := o.pods.List(), o.nodes.List()
+	pods, nodes := make([]*corev1.Pod, 0, len(podObjs)), make([]*corev1.Node, 0, len(nodeObjs))
+	for _, obj := range podObjs {
+		pods = append(pods, obj.(*corev1.Pod))
+	}
+	for _, obj := range nodeObjs {
+		nodes = append(nodes, obj.(*corev1.Node))
+	}
+	s.Overcommitted = overcommitted(nodes, pods)
+	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			// A terminating Pod still serves until it is gone, but it is leaving: do not count it
 			// toward readiness (the PDB does not either).
@@ -113,8 +122,7 @@ func (o *observer) sample(interval time.Duration) {
 	}
 	var activeTypes, runningTypes []string
 	var paid, onDemand float64
-	for _, obj := range o.nodes.List() {
-		n := obj.(*corev1.Node)
+	for _, n := range nodes {
 		kind := nodeKind(n)
 		s.Nodes[kind]++
 		if o.price != nil {
@@ -153,6 +161,44 @@ func (o *observer) sample(interval time.Duration) {
 	for _, t := range runningTypes {
 		o.billedByType[t] += interval.Seconds()
 	}
+}
+
+// overcommitted counts the nodes whose bound Pods request more than the node can hold: CPU,
+// memory or Pod count beyond its allocatable. A real kubelet's admission rejects the Pod that
+// overflows (OutOfcpu, OutOfpods); a KWOK node runs it, so the simulation has to look. Two
+// schedulers binding into the same free room at the same moment cause it — each sees the other's
+// Pods only once they are bound. Pods that finished (Succeeded, Failed) hold nothing. Pure.
+func overcommitted(nodes []*corev1.Node, pods []*corev1.Pod) int {
+	type load struct {
+		cpu, memory int64 // milli-CPU, bytes
+		pods        int64
+	}
+	onNode := map[string]*load{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		l := onNode[p.Spec.NodeName]
+		if l == nil {
+			l = &load{}
+			onNode[p.Spec.NodeName] = l
+		}
+		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+		l.cpu += req.Cpu().MilliValue()
+		l.memory += req.Memory().Value()
+		l.pods++
+	}
+	n := 0
+	for _, node := range nodes {
+		l, alloc := onNode[node.Name], node.Status.Allocatable
+		if l == nil || len(alloc) == 0 {
+			continue
+		}
+		if l.cpu > alloc.Cpu().MilliValue() || l.memory > alloc.Memory().Value() || l.pods > alloc.Pods().Value() {
+			n++
+		}
+	}
+	return n
 }
 
 // recordResume keeps the resume timestamps the controller writes: on a claimed pool Node

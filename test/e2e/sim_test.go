@@ -65,6 +65,9 @@ func TestMondayReclaimCompressed(t *testing.T) {
 	for _, r := range rep.Worse() {
 		t.Logf("regression check: %s %s %.1f with Lifeboat, %.1f with Karpenter alone", r.Workload, r.Metric, r.Lifeboat, r.Baseline)
 	}
+	// Logged, not asserted: the two schedulers' race for the same free room is a known open
+	// defect (issue 13; docs/SIMULATION.md "Overcommitted nodes").
+	t.Logf("overcommitted nodes at the worst sample: baseline %d, lifeboat %d", base.Nodes.OvercommittedNodesPeak, lb.Nodes.OvercommittedNodesPeak)
 	if lb.Nodes.LifeboatResumed == 0 {
 		t.Errorf("no lifeboat node was resumed")
 	}

@@ -159,8 +159,8 @@ func WriteHTML(w io.Writer, rep *Report, runs []*Run) error {
 	var table strings.Builder
 	_ = rep.writeFigures(&table)
 	d := htmlData{Report: rep, Modes: rep.ModeNames(), Columns: figureColumns, Rows: figureRows(rep), Table: table.String()}
-	for _, l := range rep.Outcome() {
-		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE")})
+	for _, l := range append(rep.Outcome(), rep.Cautions()...) {
+		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE") || strings.HasPrefix(l, "CAUTION")})
 	}
 	var span time.Duration
 	names := map[string]WorkloadInfo{}

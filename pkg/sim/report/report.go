@@ -27,6 +27,9 @@ type Sample struct {
 	Savings float64
 	// OnDemandHourly is the hourly price of Karpenter's On-Demand nodes.
 	OnDemandHourly float64
+	// Overcommitted is the number of nodes whose bound Pods request more than the node holds
+	// (a real kubelet would have rejected some of them; KWOK runs them).
+	Overcommitted int
 }
 
 // NodeKinds are the node series the observers count.
@@ -148,6 +151,10 @@ type NodeResult struct {
 	KarpenterLaunched         int     `json:"karpenter_launched"`
 	LifeboatResumed           int     `json:"lifeboat_resumed"`
 	LifeboatActiveNodeSeconds float64 `json:"lifeboat_active_node_seconds"`
+	// OvercommittedNodesPeak is the most nodes at once whose bound Pods requested more than the
+	// node holds (Sample.Overcommitted). Not 0 means the run is not faithful: a real kubelet
+	// rejects the overflowing Pods (OutOfcpu, OutOfpods), KWOK runs them.
+	OvercommittedNodesPeak int `json:"overcommitted_nodes_peak"`
 	// Resume latency over the resumed lifeboat nodes, from the market's notice for the node
 	// each was resumed for: to StartInstances returned, and to the Node Ready (lifeboat mode).
 	ResumeStartP50Seconds float64 `json:"resume_notice_to_start_p50_seconds,omitempty"`
@@ -193,6 +200,9 @@ func Summarize(r *Run) *ModeResult {
 			lowest = min(lowest, smp.Savings)
 		}
 		res.Cost.SavingsRateMean, res.Cost.SavingsRateMin = round4(sum/float64(len(r.Samples))), round4(lowest)
+	}
+	for _, smp := range r.Samples {
+		res.Nodes.OvercommittedNodesPeak = max(res.Nodes.OvercommittedNodesPeak, smp.Overcommitted)
 	}
 	var toStart, toReady []time.Duration
 	for _, rs := range r.Resumes {
@@ -397,6 +407,19 @@ func (rep *Report) Outcome() []string {
 	return append(lines, rep.fallbackOutcome()...)
 }
 
+// Cautions are lines about runs that did not model the cluster faithfully: one per mode whose
+// nodes held more Pods than they fit (NodeResult.OvercommittedNodesPeak). Such a mode ran on
+// fewer, fuller nodes than a real cluster could, and a reclaim there displaced more Pods.
+func (rep *Report) Cautions() []string {
+	var lines []string
+	for _, m := range rep.ModeNames() {
+		if n := rep.Modes[m].Nodes.OvercommittedNodesPeak; n > 0 {
+			lines = append(lines, fmt.Sprintf("CAUTION %s: up to %d node(s) held more Pods than they fit (two schedulers bound into the same free room; a real kubelet rejects the overflow with OutOfcpu/OutOfpods, KWOK runs it), so this mode's figures are not comparable", m, n))
+		}
+	}
+	return lines
+}
+
 // thousands writes f rounded to an integer with thousands separators: 2310.4 → "2,310".
 func thousands(f float64) string {
 	digits := strconv.FormatFloat(math.Abs(math.Round(f)), 'f', 0, 64)
@@ -446,7 +469,7 @@ func (rep *Report) ModeNames() []string {
 // WriteTable writes the outcome in words (Outcome, when both baseline and lifeboat ran), then
 // the side-by-side plain-text table.
 func (rep *Report) WriteTable(w io.Writer) error {
-	if lines := rep.Outcome(); len(lines) > 0 {
+	if lines := append(rep.Outcome(), rep.Cautions()...); len(lines) > 0 {
 		if _, err := fmt.Fprintf(w, "%s\n\n", strings.Join(lines, "\n")); err != nil {
 			return err
 		}

@@ -371,3 +371,37 @@ func TestReportJSONRegressions(t *testing.T) {
 		t.Errorf("a one-mode report has regressions: %v", doc["regressions"])
 	}
 }
+
+func TestCautionsOnOvercommittedNodes(t *testing.T) {
+	run := func(mode string, over ...int) *Run {
+		r := &Run{Mode: mode, Interval: time.Second}
+		for i, n := range over {
+			r.Samples = append(r.Samples, Sample{At: time.Duration(i) * time.Second, Workloads: map[string]int32{}, Overcommitted: n})
+		}
+		return r
+	}
+	rep := New("s", nil, 0, []*Run{run("baseline", 0, 0, 0), run("lifeboat", 3, 117, 40)})
+	if got := rep.Modes["lifeboat"].Nodes.OvercommittedNodesPeak; got != 117 {
+		t.Errorf("lifeboat overcommitted peak = %d, want 117", got)
+	}
+	if got := rep.Modes["baseline"].Nodes.OvercommittedNodesPeak; got != 0 {
+		t.Errorf("baseline overcommitted peak = %d, want 0", got)
+	}
+	got := rep.Cautions()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "CAUTION lifeboat: up to 117 node(s) held more Pods than they fit") {
+		t.Fatalf("Cautions = %q, want one line for the lifeboat mode", got)
+	}
+	if table := rep.String(); !strings.Contains(table, got[0]+"\n\nscenario s\n") {
+		t.Errorf("the table does not show the caution before the figures:\n%s", table)
+	}
+	var b strings.Builder
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"overcommitted_nodes_peak": 117`) {
+		t.Errorf("report.json lacks overcommitted_nodes_peak:\n%s", b.String())
+	}
+	if New("s", nil, 0, []*Run{run("baseline", 0)}).Cautions() != nil {
+		t.Error("a faithful run has no caution")
+	}
+}
