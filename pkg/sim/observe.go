@@ -12,11 +12,12 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/report"
+	"github.com/lifeboat-k8s/lifeboat/pkg/sizing"
 )
 
 // observer samples the cluster from informer caches once a second: ready Pods per workload,
@@ -169,32 +170,17 @@ func (o *observer) sample(interval time.Duration) {
 // schedulers binding into the same free room at the same moment cause it — each sees the other's
 // Pods only once they are bound. Pods that finished (Succeeded, Failed) hold nothing. Pure.
 func overcommitted(nodes []*corev1.Node, pods []*corev1.Pod) int {
-	type load struct {
-		cpu, memory int64 // milli-CPU, bytes
-		pods        int64
-	}
-	onNode := map[string]*load{}
+	onNode := map[string]sizing.Resources{}
 	for _, p := range pods {
 		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		l := onNode[p.Spec.NodeName]
-		if l == nil {
-			l = &load{}
-			onNode[p.Spec.NodeName] = l
-		}
-		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-		l.cpu += req.Cpu().MilliValue()
-		l.memory += req.Memory().Value()
-		l.pods++
+		onNode[p.Spec.NodeName] = onNode[p.Spec.NodeName].Add(sizing.PodResources(nodeutil.PodRequests(p)))
 	}
 	n := 0
 	for _, node := range nodes {
-		l, alloc := onNode[node.Name], node.Status.Allocatable
-		if l == nil || len(alloc) == 0 {
-			continue
-		}
-		if l.cpu > alloc.Cpu().MilliValue() || l.memory > alloc.Memory().Value() || l.pods > alloc.Pods().Value() {
+		load, bound := onNode[node.Name]
+		if bound && len(node.Status.Allocatable) > 0 && !sizing.FromList(node.Status.Allocatable).Fits(load) {
 			n++
 		}
 	}

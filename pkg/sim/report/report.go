@@ -198,11 +198,9 @@ func Summarize(r *Run) *ModeResult {
 		for _, smp := range r.Samples {
 			sum += smp.Savings
 			lowest = min(lowest, smp.Savings)
+			res.Nodes.OvercommittedNodesPeak = max(res.Nodes.OvercommittedNodesPeak, smp.Overcommitted)
 		}
 		res.Cost.SavingsRateMean, res.Cost.SavingsRateMin = round4(sum/float64(len(r.Samples))), round4(lowest)
-	}
-	for _, smp := range r.Samples {
-		res.Nodes.OvercommittedNodesPeak = max(res.Nodes.OvercommittedNodesPeak, smp.Overcommitted)
 	}
 	var toStart, toReady []time.Duration
 	for _, rs := range r.Resumes {
