@@ -42,10 +42,15 @@ type market struct {
 	// reclaimBack is the scenario's reclaim-back in lifeboat mode (nil otherwise): the policy
 	// is created at t0.
 	reclaimBack *scenario.ReclaimBack
+	// mode names this market among the run's modes; pair (nil in a single-mode run) makes them
+	// interrupt nodes of the same workloads (pair.go).
+	mode string
+	pair *pairing
 
 	mu       sync.Mutex
 	markers  []report.Marker
 	killed   map[string]int       // workload key → Pods killed at reclaim
+	exposed  map[string]int       // workload key → Pods on a node when its notice came
 	noticed  map[string]time.Time // node → when its notice was sent
 	reclaims sync.WaitGroup
 }
@@ -67,7 +72,7 @@ func (m *market) play(ctx context.Context) error {
 	}
 	events := append([]scenario.Event(nil), m.s.Events...)
 	sort.SliceStable(events, func(i, j int) bool { return events[i].At.Duration < events[j].At.Duration })
-	for _, ev := range events {
+	for idx, ev := range events {
 		if err := sleepUntil(ctx, m.obs.start.Add(ev.At.Duration)); err != nil {
 			return err
 		}
@@ -78,7 +83,9 @@ func (m *market) play(ctx context.Context) error {
 			if ev.Kind == scenario.EventNotice || count == 0 {
 				count = 1
 			}
-			victims := m.pickVictims(ev.Pool, count)
+			// The busiest pool's fullest nodes (a correlated reclaim hits the pool that holds
+			// the most), or, after another mode's pick of this event, the nodes closest to it.
+			victims := m.victims(ctx, idx, ev.Pool, count)
 			if len(victims) == 0 {
 				m.mark(time.Now(), "note", "no node in the pool to interrupt")
 				continue
@@ -109,46 +116,6 @@ func (m *market) play(ctx context.Context) error {
 	return nil
 }
 
-// pickVictims chooses count Spot nodes of the pool; an open pool means the busiest one (most
-// scenario Pods), as a correlated reclaim hits the pool that holds the most.
-func (m *market) pickVictims(p scenario.Pool, count int) []*corev1.Node {
-	byPool := map[string][]*corev1.Node{}
-	podCount := map[string]int{}
-	for _, obj := range m.obs.nodes.List() {
-		n := obj.(*corev1.Node)
-		if nodeKind(n) != "karpenter-spot" || n.DeletionTimestamp != nil || m.wasNoticed(n.Name) {
-			continue
-		}
-		if p.InstanceType != "" && p.InstanceType != "*" && n.Labels[corev1.LabelInstanceTypeStable] != p.InstanceType {
-			continue
-		}
-		if p.Zone != "" && n.Labels[corev1.LabelTopologyZone] != p.Zone {
-			continue
-		}
-		k := poolKey(n)
-		byPool[k] = append(byPool[k], n)
-		podCount[k] += len(m.obs.podsOnNode(n.Name))
-	}
-	best := ""
-	for k := range byPool {
-		if best == "" || podCount[k] > podCount[best] || (podCount[k] == podCount[best] && k < best) {
-			best = k
-		}
-	}
-	nodes := byPool[best]
-	sort.Slice(nodes, func(i, j int) bool {
-		pi, pj := len(m.obs.podsOnNode(nodes[i].Name)), len(m.obs.podsOnNode(nodes[j].Name))
-		if pi != pj {
-			return pi > pj
-		}
-		return nodes[i].Name < nodes[j].Name
-	})
-	if len(nodes) > count {
-		nodes = nodes[:count]
-	}
-	return nodes
-}
-
 func (m *market) wasNoticed(node string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -167,8 +134,15 @@ func (m *market) noticeAt(node string) (time.Time, bool) {
 // interrupt delivers one notice and schedules the reclaim.
 func (m *market) interrupt(ctx context.Context, n *corev1.Node) error {
 	now := time.Now()
+	onNode := m.obs.podsOnNode(n.Name)
 	m.mu.Lock()
 	m.noticed[n.Name] = now
+	if m.exposed == nil {
+		m.exposed = map[string]int{}
+	}
+	for _, p := range onNode {
+		m.exposed[p.Namespace+"/"+p.Labels[LabelWorkload]]++
+	}
 	m.mu.Unlock()
 	m.mark(now, "notice", "notice "+n.Name)
 	if err := m.notifier.NotifySpotInterruption(ctx, n, now); err != nil {

@@ -50,6 +50,9 @@ type Options struct {
 	// WarmupTimeout bounds the wait for every workload to be ready before t0 (default: the
 	// scenario's warmupTimeout).
 	WarmupTimeout time.Duration
+	// PairTimeout bounds how long a mode of a parallel run waits at t0 for the other modes, so
+	// that their markets start together and pair their victims (default: WarmupTimeout + 5 min).
+	PairTimeout time.Duration
 }
 
 // Run plays the scenario once per mode and builds the report.
@@ -69,12 +72,18 @@ func Run(ctx context.Context, s *scenario.Scenario, opts Options) (*report.Repor
 	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 		return nil, nil, err
 	}
+	if opts.PairTimeout == 0 {
+		opts.PairTimeout = opts.WarmupTimeout + 5*time.Minute
+	}
+	// With several modes, the markets interrupt nodes of the same workloads in each (pair.go).
+	pair := newPairing(s.Modes, opts.Parallel, opts.PairTimeout)
 	runs := make([]*report.Run, len(s.Modes))
 	errs := make([]error, len(s.Modes))
 	var wg sync.WaitGroup
 	for i, mode := range s.Modes {
 		do := func() {
-			runs[i], errs[i] = runMode(ctx, s, mode, opts)
+			defer pair.leave(string(mode)) // a mode that fails before t0 holds no other up
+			runs[i], errs[i] = runMode(ctx, s, mode, opts, pair)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("mode %s: %w", mode, errs[i])
 			}
@@ -118,7 +127,7 @@ func progress(opts Options, mode scenario.Mode, began time.Time, format string, 
 	fmt.Fprintf(opts.Progress, "[%s %6s] %s\n", mode, time.Since(began).Round(time.Second), fmt.Sprintf(format, args...))
 }
 
-func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts Options) (*report.Run, error) {
+func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts Options, pair *pairing) (*report.Run, error) {
 	began := time.Now()
 	runDir := filepath.Join(opts.OutDir, string(mode))
 	_ = os.RemoveAll(runDir)
@@ -176,9 +185,16 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 			return nil, err
 		}
 	}
+	if pair != nil && opts.Parallel {
+		progress(opts, mode, began, "waiting for the other modes to reach t0 (their markets pair their victims)")
+	}
+	if err := pair.waitT0(ctx, string(mode)); err != nil {
+		return nil, err
+	}
 	obs.begin()
 	go obs.run(obsCtx, opts.Interval)
-	m := &market{c: cl, s: s, obs: obs, notifier: notifier, killed: map[string]int{}, noticed: map[string]time.Time{}}
+	m := &market{c: cl, s: s, obs: obs, notifier: notifier, mode: string(mode), pair: pair,
+		killed: map[string]int{}, exposed: map[string]int{}, noticed: map[string]time.Time{}}
 	if mode == scenario.ModeLifeboat {
 		m.reclaimBack = s.ReclaimBack
 	}
@@ -204,6 +220,11 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	for k, n := range m.killed {
 		i := infos[k]
 		i.Killed = n
+		infos[k] = i
+	}
+	for k, n := range m.exposed {
+		i := infos[k]
+		i.Noticed = n
 		infos[k] = i
 	}
 	markers := append([]report.Marker(nil), m.markers...)
