@@ -123,7 +123,7 @@ type cell struct {
 
 // figureColumns head the HTML table of workload figures; figureRows fills it.
 var figureColumns = []string{"mode", "workload", "replicas", "PDB floor", "min ready", "below floor (s)", "zero ready (s)",
-	"below replicas (s)", "replica-seconds lost", "recovery (s)", "killed at reclaim"}
+	"below replicas (s)", "replica-seconds lost", "recovery (s)", "killed at reclaim", "Pods noticed"}
 
 // figureRows is one row per mode and workload, the lifeboat figures that regress marked.
 func figureRows(rep *Report) [][]cell {
@@ -146,7 +146,8 @@ func figureRows(rep *Report) [][]cell {
 				{Text: fmt.Sprintf("%.0f", wr.SecondsBelowReplicas)},
 				c("replica_seconds_lost", thousands(wr.ReplicaSecondsLost)),
 				c("recovery_seconds", fmt.Sprintf("%.0f", wr.RecoverySeconds)),
-				c("pods_killed_at_reclaim", fmt.Sprint(wr.PodsKilledAtReclaim))})
+				c("pods_killed_at_reclaim", fmt.Sprint(wr.PodsKilledAtReclaim)),
+				{Text: fmt.Sprint(wr.PodsNoticed)}})
 		}
 	}
 	return rows
@@ -160,7 +161,7 @@ func WriteHTML(w io.Writer, rep *Report, runs []*Run) error {
 	_ = rep.writeFigures(&table)
 	d := htmlData{Report: rep, Modes: rep.ModeNames(), Columns: figureColumns, Rows: figureRows(rep), Table: table.String()}
 	for _, l := range append(rep.Outcome(), rep.Cautions()...) {
-		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE") || strings.HasPrefix(l, "CAUTION")})
+		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE") || strings.HasPrefix(l, "CAUTION") || strings.HasPrefix(l, "EXPOSURE")})
 	}
 	var span time.Duration
 	names := map[string]WorkloadInfo{}

@@ -69,6 +69,7 @@ type WorkloadInfo struct {
 	PDBFloor  int32
 	Protected bool
 	Killed    int // Pods still running on a node at its reclaim
+	Noticed   int // Pods on a node when its notice came (the workload's exposure)
 }
 
 // Run is one mode's raw results.
@@ -143,7 +144,10 @@ type WorkloadResult struct {
 	// count for good (0 when they never dropped; until the run's end when they never came back).
 	RecoverySeconds     float64 `json:"recovery_seconds"`
 	PodsKilledAtReclaim int     `json:"pods_killed_at_reclaim"`
-	Protected           bool    `json:"protected"`
+	// PodsNoticed counts the workload's Pods on a node when its notice came: how hard the
+	// market hit it. Modes compare like for like only where it is equal (see ExposureDiffers).
+	PodsNoticed int  `json:"pods_noticed"`
+	Protected   bool `json:"protected"`
 }
 
 // NodeResult counts nodes.
@@ -223,7 +227,7 @@ func Summarize(r *Run) *ModeResult {
 	}
 	for name, info := range r.Workloads {
 		w := &WorkloadResult{Replicas: info.Replicas, PDBFloor: info.PDBFloor, MinReady: info.Replicas,
-			PodsKilledAtReclaim: info.Killed, Protected: info.Protected}
+			PodsKilledAtReclaim: info.Killed, PodsNoticed: info.Noticed, Protected: info.Protected}
 		lastShort := time.Duration(-1)
 		for _, s := range r.Samples {
 			ready := s.Workloads[name]
@@ -313,6 +317,9 @@ type Regression struct {
 	Metric   string  `json:"metric"` // the WorkloadResult's JSON name, e.g. seconds_zero_ready
 	Baseline float64 `json:"baseline"`
 	Lifeboat float64 `json:"lifeboat"`
+	// ExposureDiffers: the market hit the workload differently in the two modes (pods_noticed
+	// differs), so this regression compares unlike runs: reported, not dropped.
+	ExposureDiffers bool `json:"exposure_differs"`
 }
 
 // Sampling noise allowed on the time-based figures before Worse calls them a regression: the
@@ -348,8 +355,9 @@ func worseWithSlack(baseline, lifeboat float64) bool {
 // workload in both the "baseline" and the "lifeboat" mode it compares seconds_below_floor,
 // seconds_zero_ready, replica_seconds_lost and recovery_seconds (worse only beyond the sampling
 // slack: more than max(2, 5 % of baseline)), pods_killed_at_reclaim (any more is worse) and
-// min_ready (any fewer is worse). Sorted by workload, then in that order of figures. Nil when
-// either mode is missing; empty, not nil, when there is no regression.
+// min_ready (any fewer is worse). Sorted by workload, then in that order of figures. A
+// regression of a workload whose pods_noticed differs between the modes is marked
+// ExposureDiffers. Nil when either mode is missing; empty, not nil, when there is no regression.
 func (rep *Report) Worse() []Regression {
 	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
 	if base == nil || lb == nil {
@@ -363,7 +371,8 @@ func (rep *Report) Worse() []Regression {
 		}
 		for _, c := range regressionChecks {
 			if b, l := c.value(bw), c.value(lw); c.worse(b, l) {
-				out = append(out, Regression{Workload: name, Metric: c.metric, Baseline: b, Lifeboat: l})
+				out = append(out, Regression{Workload: name, Metric: c.metric, Baseline: b, Lifeboat: l,
+					ExposureDiffers: bw.PodsNoticed != lw.PodsNoticed})
 			}
 		}
 	}
@@ -396,8 +405,12 @@ func (rep *Report) Outcome() []string {
 				unit = c.unit
 			}
 		}
-		lines = append(lines, fmt.Sprintf("WORSE with Lifeboat: %s %s %s%s vs %s%s (Karpenter alone)",
-			r.Workload, r.Metric, thousands(r.Lifeboat), unit, thousands(r.Baseline), unit))
+		line := fmt.Sprintf("WORSE with Lifeboat: %s %s %s%s vs %s%s (Karpenter alone)",
+			r.Workload, r.Metric, thousands(r.Lifeboat), unit, thousands(r.Baseline), unit)
+		if r.ExposureDiffers {
+			line += " — exposure differs, not like for like"
+		}
+		lines = append(lines, line)
 	}
 	if len(regs) == 0 {
 		lines = append(lines, "No workload did worse with Lifeboat than with Karpenter alone.")
@@ -407,13 +420,36 @@ func (rep *Report) Outcome() []string {
 
 // Cautions are lines about runs that did not model the cluster faithfully: one per mode whose
 // nodes held more Pods than they fit (NodeResult.OvercommittedNodesPeak). Such a mode ran on
-// fewer, fuller nodes than a real cluster could, and a reclaim there displaced more Pods.
+// fewer, fuller nodes than a real cluster could, and a reclaim there displaced more Pods. Then
+// one per workload the market hit differently in the baseline and the lifeboat mode
+// (ExposureDiffs).
 func (rep *Report) Cautions() []string {
 	var lines []string
 	for _, m := range rep.ModeNames() {
 		if n := rep.Modes[m].Nodes.OvercommittedNodesPeak; n > 0 {
 			lines = append(lines, fmt.Sprintf("CAUTION %s: up to %d node(s) held more Pods than they fit (two schedulers bound into the same free room; a real kubelet rejects the overflow with OutOfcpu/OutOfpods, KWOK runs it), so this mode's figures are not comparable", m, n))
 		}
+	}
+	return append(lines, rep.ExposureDiffs()...)
+}
+
+// ExposureDiffs has a line per workload in both the baseline and the lifeboat mode whose
+// pods_noticed differs: the market hit it harder in one mode than in the other (placement
+// differs between the modes and did not allow the same interruption), so its comparison is not
+// like for like. Nil when there is none or either mode is missing.
+func (rep *Report) ExposureDiffs() []string {
+	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
+	if base == nil || lb == nil {
+		return nil
+	}
+	var lines []string
+	for _, name := range sortedKeys(lb.Workloads) {
+		bw, lw := base.Workloads[name], lb.Workloads[name]
+		if bw == nil || lw == nil || bw.PodsNoticed == lw.PodsNoticed {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("EXPOSURE differs: %s %d Pods noticed with Lifeboat, %d with Karpenter alone — its comparison is not like for like",
+			name, lw.PodsNoticed, bw.PodsNoticed))
 	}
 	return lines
 }
@@ -482,14 +518,14 @@ func (rep *Report) writeFigures(w io.Writer) error {
 	for _, s := range rep.Shortened {
 		fmt.Fprintf(tw, "  shortened for the demo: %s\n", s)
 	}
-	fmt.Fprintln(tw, "MODE\tWORKLOAD\tREPLICAS\tPDB FLOOR\tMIN READY\tBELOW FLOOR (s)\tZERO READY (s)\tBELOW REPLICAS (s)\tREPLICA-SECONDS LOST\tRECOVERY (s)\tKILLED AT RECLAIM")
+	fmt.Fprintln(tw, "MODE\tWORKLOAD\tREPLICAS\tPDB FLOOR\tMIN READY\tBELOW FLOOR (s)\tZERO READY (s)\tBELOW REPLICAS (s)\tREPLICA-SECONDS LOST\tRECOVERY (s)\tKILLED AT RECLAIM\tPODS NOTICED")
 	for _, m := range rep.ModeNames() {
 		res := rep.Modes[m]
 		for _, n := range sortedKeys(res.Workloads) {
 			wr := res.Workloads[n]
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%d\n", m, n, wr.Replicas, wr.PDBFloor, wr.MinReady,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%d\t%d\n", m, n, wr.Replicas, wr.PDBFloor, wr.MinReady,
 				wr.SecondsBelowFloor, wr.SecondsZeroReady, wr.SecondsBelowReplicas, thousands(wr.ReplicaSecondsLost),
-				wr.RecoverySeconds, wr.PodsKilledAtReclaim)
+				wr.RecoverySeconds, wr.PodsKilledAtReclaim, wr.PodsNoticed)
 		}
 	}
 	// Each table aligns on its own (one tabwriter for both would pad every column to the

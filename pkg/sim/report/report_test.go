@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,16 +212,16 @@ func TestWorse(t *testing.T) {
 		{"lifeboat better everywhere", wr(30, 10, 2310, 90, 3, 5), ok, nil},
 		{"within 2 s of a small baseline", wr(1, 0, 0, 10, 0, 12), wr(3, 2, 2, 12, 0, 12), nil},
 		{"just beyond 2 s", wr(1, 0, 0, 10, 0, 12), wr(3.5, 0, 0, 10, 0, 12),
-			[]Regression{{"shop/web", "seconds_below_floor", 1, 3.5}}},
+			[]Regression{{"shop/web", "seconds_below_floor", 1, 3.5, false}}},
 		{"within 5 % of a large baseline", wr(0, 0, 1000, 200, 0, 12), wr(0, 0, 1050, 210, 0, 12), nil},
 		{"beyond 5 % of a large baseline", wr(0, 0, 1000, 200, 0, 12), wr(0, 0, 1051, 211, 0, 12),
-			[]Regression{{"shop/web", "replica_seconds_lost", 1000, 1051}, {"shop/web", "recovery_seconds", 200, 211}}},
+			[]Regression{{"shop/web", "replica_seconds_lost", 1000, 1051, false}, {"shop/web", "recovery_seconds", 200, 211, false}}},
 		{"zero ready", wr(0, 118, 0, 0, 0, 0), wr(0, 211, 0, 0, 0, 0),
-			[]Regression{{"shop/web", "seconds_zero_ready", 118, 211}}},
+			[]Regression{{"shop/web", "seconds_zero_ready", 118, 211, false}}},
 		{"one more Pod killed is worse", wr(0, 0, 0, 0, 2, 12), wr(0, 0, 0, 0, 3, 12),
-			[]Regression{{"shop/web", "pods_killed_at_reclaim", 2, 3}}},
+			[]Regression{{"shop/web", "pods_killed_at_reclaim", 2, 3, false}}},
 		{"one fewer ready is worse", wr(0, 0, 0, 0, 0, 10), wr(0, 0, 0, 0, 0, 9),
-			[]Regression{{"shop/web", "min_ready", 10, 9}}},
+			[]Regression{{"shop/web", "min_ready", 10, 9, false}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,7 +250,7 @@ func TestWorse(t *testing.T) {
 		"lifeboat":         {Workloads: map[string]*WorkloadResult{"shop/web": wr(0, 0, 0, 0, 1, 12), "shop/api": wr(0, 0, 0, 0, 0, 11), "only/lifeboat": wr(99, 99, 99, 99, 9, 0)}},
 		"overprovisioning": {Workloads: map[string]*WorkloadResult{"shop/web": wr(99, 99, 99, 99, 9, 0)}},
 	}}
-	want := []Regression{{"shop/api", "min_ready", 12, 11}, {"shop/web", "pods_killed_at_reclaim", 0, 1}}
+	want := []Regression{{"shop/api", "min_ready", 12, 11, false}, {"shop/web", "pods_killed_at_reclaim", 0, 1, false}}
 	if got := rep.Worse(); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("Worse = %+v, want %+v", got, want)
 	}
@@ -403,5 +404,77 @@ func TestCautionsOnOvercommittedNodes(t *testing.T) {
 	}
 	if New("s", nil, 0, []*Run{run("baseline", 0)}).Cautions() != nil {
 		t.Error("a faithful run has no caution")
+	}
+}
+
+// TestExposureDiffers: a workload the market hit differently in the two modes gets a line in
+// Cautions, its regressions are marked (not dropped), and pods_noticed is in report.json, the
+// table and the HTML table.
+func TestExposureDiffers(t *testing.T) {
+	run := func(mode string, infos map[string]WorkloadInfo) *Run {
+		return &Run{Mode: mode, Interval: time.Second, Workloads: infos,
+			Samples: []Sample{{At: 0, Workloads: map[string]int32{"shop/frontend-zero": 2, "shop/web": 4}}}}
+	}
+	rep := New("s", nil, 0, []*Run{
+		run("baseline", map[string]WorkloadInfo{
+			"shop/frontend-zero": {Replicas: 2, PDBFloor: 2, Noticed: 0},
+			"shop/web":           {Replicas: 4, PDBFloor: 3, Noticed: 2, Killed: 1},
+		}),
+		run("lifeboat", map[string]WorkloadInfo{
+			"shop/frontend-zero": {Replicas: 2, PDBFloor: 2, Noticed: 2, Killed: 1},
+			"shop/web":           {Replicas: 4, PDBFloor: 3, Noticed: 2, Killed: 2},
+		}),
+	})
+	if got := rep.Modes["lifeboat"].Workloads["shop/frontend-zero"].PodsNoticed; got != 2 {
+		t.Errorf("lifeboat pods_noticed = %d, want 2", got)
+	}
+	want := "EXPOSURE differs: shop/frontend-zero 2 Pods noticed with Lifeboat, 0 with Karpenter alone — its comparison is not like for like"
+	if got := rep.Cautions(); len(got) != 1 || got[0] != want {
+		t.Errorf("Cautions = %q, want [%q]", got, want)
+	}
+	wantRegs := []Regression{
+		{"shop/frontend-zero", "pods_killed_at_reclaim", 0, 1, true},
+		{"shop/web", "pods_killed_at_reclaim", 1, 2, false},
+	}
+	if got := rep.Worse(); !slices.Equal(got, wantRegs) {
+		t.Errorf("Worse = %+v, want %+v", got, wantRegs)
+	}
+	outcome := strings.Join(rep.Outcome(), "\n")
+	for _, l := range []string{
+		"WORSE with Lifeboat: shop/frontend-zero pods_killed_at_reclaim 1 vs 0 (Karpenter alone) — exposure differs, not like for like",
+		"WORSE with Lifeboat: shop/web pods_killed_at_reclaim 2 vs 1 (Karpenter alone)\n",
+	} {
+		if !strings.Contains(outcome+"\n", l) {
+			t.Errorf("Outcome lacks %q:\n%s", l, outcome)
+		}
+	}
+	table := rep.String()
+	if !strings.Contains(table, want) || !strings.Contains(table, "PODS NOTICED") {
+		t.Errorf("the table lacks the exposure line or column:\n%s", table)
+	}
+	var b strings.Builder
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"pods_noticed": 2`, `"exposure_differs": true`} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("report.json lacks %s:\n%s", s, b.String())
+		}
+	}
+	var h strings.Builder
+	if err := WriteHTML(&h, rep, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.String(), "<th>Pods noticed</th>") || !strings.Contains(h.String(), "EXPOSURE differs: shop/frontend-zero") {
+		t.Errorf("report.html lacks the Pods noticed column or the exposure line")
+	}
+
+	// The same exposure: no line.
+	same := New("s", nil, 0, []*Run{
+		run("baseline", map[string]WorkloadInfo{"shop/web": {Replicas: 4, Noticed: 2}}),
+		run("lifeboat", map[string]WorkloadInfo{"shop/web": {Replicas: 4, Noticed: 2}}),
+	})
+	if got := same.ExposureDiffs(); got != nil {
+		t.Errorf("ExposureDiffs with equal exposure = %q", got)
 	}
 }
