@@ -6,6 +6,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -38,9 +39,11 @@ type Config struct {
 	// PriorityClasses maps each tier to the class the webhook assigns. These classes are the
 	// allowlist: the webhook never assigns any other class.
 	PriorityClasses map[v1alpha1.Tier]string
-	// SchedulerName is written into protected Pods that use the default scheduler; empty leaves
-	// schedulerName alone.
+	// SchedulerName is written into protected Pods that use the default scheduler (when
+	// SchedulerRouting says so); empty leaves schedulerName alone.
 	SchedulerName string
+	// SchedulerRouting says which protected Pods get SchedulerName.
+	SchedulerRouting SchedulerRouting
 	// SpotTaintKey is the key of the taint on Spot nodes that protected Pods of Spot tiers tolerate.
 	SpotTaintKey string
 	// NoticeBudget is how long a Pod may take to stop before the warning about a long shutdown.
@@ -55,12 +58,13 @@ type Config struct {
 // DefaultConfig is the configuration docs/ARCHITECTURE.md describes.
 func DefaultConfig() Config {
 	return Config{
-		PriorityClasses: DefaultPriorityClasses(),
-		SchedulerName:   v1alpha1.SchedulerName,
-		SpotTaintKey:    v1alpha1.TaintSpot,
-		NoticeBudget:    DefaultNoticeBudget,
-		OwnNamespace:    v1alpha1.DefaultNamespace,
-		PendingHold:     DefaultPendingHold,
+		PriorityClasses:  DefaultPriorityClasses(),
+		SchedulerName:    v1alpha1.SchedulerName,
+		SchedulerRouting: RouteWhileLifeboatActive,
+		SpotTaintKey:     v1alpha1.TaintSpot,
+		NoticeBudget:     DefaultNoticeBudget,
+		OwnNamespace:     v1alpha1.DefaultNamespace,
+		PendingHold:      DefaultPendingHold,
 	}
 }
 
@@ -81,6 +85,9 @@ func (c Config) Validate() error {
 		if !IsTier(string(t)) {
 			errs = append(errs, fmt.Sprintf("%q is not a tier (use one of %s)", t, tierList()))
 		}
+	}
+	if !slices.Contains(SchedulerRoutings, c.SchedulerRouting) {
+		errs = append(errs, fmt.Sprintf("scheduler routing %q is not one of %s", c.SchedulerRouting, strings.Join(routingNames(), ", ")))
 	}
 	if c.SpotTaintKey == "" {
 		errs = append(errs, "spot taint key is empty")
@@ -127,4 +134,38 @@ func tierList() string {
 		names[i] = string(t)
 	}
 	return strings.Join(names, ", ")
+}
+
+// SchedulerRouting says which protected Pods the webhook hands to the lifeboat scheduler.
+type SchedulerRouting string
+
+const (
+	// RouteWhileLifeboatActive hands a protected Pod to the lifeboat scheduler only when it is
+	// created while a lifeboat node is active (claimed for an interruption, until its handoff):
+	// the Pods that may be seated on a lifeboat — a bridge's surge, a moved StatefulSet Pod, the
+	// replacement of an evicted Pod. Every other Pod keeps the default scheduler, so the two
+	// schedulers do not bind into the same free room of ordinary nodes in steady state (each
+	// sees the other's Pods only once they are bound, and a kubelet rejects the overflow with
+	// OutOfcpu; docs/SCHEDULER.md "Which Pods it schedules").
+	RouteWhileLifeboatActive SchedulerRouting = "WhileLifeboatActive"
+	// RouteAlways hands every protected Pod to the lifeboat scheduler: CapacityPoolSpread then
+	// spreads them in steady state too, at the cost of the two-scheduler race.
+	RouteAlways SchedulerRouting = "Always"
+)
+
+// SchedulerRoutings lists the valid routings.
+var SchedulerRoutings = []SchedulerRouting{RouteWhileLifeboatActive, RouteAlways}
+
+func routingNames() []string {
+	out := make([]string, len(SchedulerRoutings))
+	for i, r := range SchedulerRoutings {
+		out[i] = string(r)
+	}
+	return out
+}
+
+// NeedsLifeboatState reports whether ApplyPlacement reads Placement.LifeboatActive: the webhook
+// looks the pool's nodes up only then.
+func (c Config) NeedsLifeboatState() bool {
+	return c.SchedulerName != "" && c.SchedulerRouting == RouteWhileLifeboatActive
 }

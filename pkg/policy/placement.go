@@ -34,6 +34,8 @@ type Placement struct {
 	// PodClass is the class the Pod already names (set by the user, or by the Priority admission
 	// plugin from the global default); nil when the Pod names none.
 	PodClass *PriorityClass
+	// LifeboatActive: a lifeboat node is active now (Config.SchedulerRouting).
+	LifeboatActive bool
 }
 
 // ApplyPlacement rewrites a protected Pod for its tier (docs/ARCHITECTURE.md "Tiers"). It only adds to what
@@ -53,13 +55,21 @@ func (c Config) ApplyPlacement(pod *corev1.Pod, p Placement) []string {
 	if p.Tier != v1alpha1.TierCritical {
 		addToleration(pod, corev1.Toleration{Key: c.SpotTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	}
-	if c.SchedulerName != "" && (pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) {
+	if c.routesToLifeboatScheduler(p) && (pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) {
 		pod.Spec.SchedulerName = c.SchedulerName
 	}
 	if n := c.applyPriority(pod, p); n != "" {
 		notes = append(notes, n)
 	}
 	return notes
+}
+
+// routesToLifeboatScheduler: the Pod is to get SchedulerName (Config.SchedulerRouting).
+func (c Config) routesToLifeboatScheduler(p Placement) bool {
+	if c.SchedulerName == "" {
+		return false
+	}
+	return c.SchedulerRouting == RouteAlways || p.LifeboatActive
 }
 
 // applyPriority sets priorityClassName with the matching priority and preemptionPolicy: the

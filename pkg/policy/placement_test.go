@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -177,7 +178,8 @@ func TestApplyPlacement(t *testing.T) {
 			pod.Labels = map[string]string{"app": "x"}
 			want := tt.pod.DeepCopy()
 			tt.want(want)
-			p := Placement{Tier: tt.tier, TierClass: tierClasses[tt.tier], PodClass: tt.podClass}
+			// A lifeboat is active: the Pod is handed to the lifeboat scheduler (TestSchedulerRouting).
+			p := Placement{Tier: tt.tier, TierClass: tierClasses[tt.tier], PodClass: tt.podClass, LifeboatActive: true}
 			if tt.noClass {
 				p.TierClass = nil
 			}
@@ -205,5 +207,49 @@ func TestApplyPlacement(t *testing.T) {
 				t.Errorf("assigned class %q outside the allowlist", name)
 			}
 		})
+	}
+}
+
+func TestSchedulerRouting(t *testing.T) {
+	tests := []struct {
+		name      string
+		routing   SchedulerRouting
+		scheduler string // the config's SchedulerName
+		active    bool
+		pod       string // the Pod's schedulerName
+		want      string
+	}{
+		{"steady state keeps the default scheduler", RouteWhileLifeboatActive, v1alpha1.SchedulerName, false, "", ""},
+		{"steady state, explicit default scheduler", RouteWhileLifeboatActive, v1alpha1.SchedulerName, false, corev1.DefaultSchedulerName, corev1.DefaultSchedulerName},
+		{"a lifeboat is active", RouteWhileLifeboatActive, v1alpha1.SchedulerName, true, "", v1alpha1.SchedulerName},
+		{"a lifeboat is active, explicit default scheduler", RouteWhileLifeboatActive, v1alpha1.SchedulerName, true, corev1.DefaultSchedulerName, v1alpha1.SchedulerName},
+		{"a lifeboat is active, the user's own scheduler wins", RouteWhileLifeboatActive, v1alpha1.SchedulerName, true, "volcano", "volcano"},
+		{"always, steady state", RouteAlways, v1alpha1.SchedulerName, false, "", v1alpha1.SchedulerName},
+		{"always, the user's own scheduler wins", RouteAlways, v1alpha1.SchedulerName, false, "volcano", "volcano"},
+		{"rewriting off", RouteAlways, "", true, "", ""},
+		{"rewriting off while a lifeboat is active", RouteWhileLifeboatActive, "", true, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.SchedulerName, c.SchedulerRouting = tt.scheduler, tt.routing
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			pod := &corev1.Pod{Spec: corev1.PodSpec{SchedulerName: tt.pod}}
+			p := Placement{Tier: v1alpha1.TierStateless, TierClass: tierClasses[v1alpha1.TierStateless], LifeboatActive: tt.active}
+			c.ApplyPlacement(pod, p)
+			if pod.Spec.SchedulerName != tt.want {
+				t.Errorf("schedulerName = %q, want %q", pod.Spec.SchedulerName, tt.want)
+			}
+			if got, want := c.NeedsLifeboatState(), tt.scheduler != "" && tt.routing == RouteWhileLifeboatActive; got != want {
+				t.Errorf("NeedsLifeboatState = %v, want %v", got, want)
+			}
+		})
+	}
+	c := DefaultConfig()
+	c.SchedulerRouting = "Sometimes"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "WhileLifeboatActive, Always") {
+		t.Errorf("Validate(routing Sometimes) = %v, want an error naming the valid routings", err)
 	}
 }

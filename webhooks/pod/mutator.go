@@ -101,10 +101,18 @@ func (m *Mutator) mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 	if err != nil {
 		return admission.Response{}, err
 	}
+	placement := policy.Placement{Tier: d.Tier, TierClass: tierClass, PodClass: podClass}
+	if m.Config.NeedsLifeboatState() {
+		// Without the answer the Pod keeps the default scheduler: it still gets the rest of its
+		// protection, and the default scheduler is what binds it outside an interruption anyway.
+		if placement.LifeboatActive, err = m.Cluster.LifeboatActive(ctx); err != nil {
+			logger.Error(err, "Leaving the Pod on the default scheduler")
+		}
+	}
 	mutated := pod.DeepCopy()
-	notes := m.Config.ApplyPlacement(mutated, policy.Placement{Tier: d.Tier, TierClass: tierClass, PodClass: podClass})
+	notes := m.Config.ApplyPlacement(mutated, placement)
 	patch := Patch(pod, mutated)
-	logger.V(3).Info("Protecting Pod", "workload", workload.String(), "tier", d.Tier, "reason", d.Reason, "operations", len(patch))
+	logger.V(3).Info("Protecting Pod", "workload", workload.String(), "tier", d.Tier, "reason", d.Reason, "lifeboatActive", placement.LifeboatActive, "operations", len(patch))
 	warnings := append(d.Warnings, notes...)
 	if len(patch) == 0 {
 		return admission.Allowed("already protected").WithWarnings(warnings...), nil

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -49,7 +50,8 @@ func apply(t *testing.T, req admission.Request, resp admission.Response) *corev1
 }
 
 func TestMutatorProtectsAndIsIdempotent(t *testing.T) {
-	m := &Mutator{Config: policy.DefaultConfig(), Cluster: fixture.Cluster()}
+	// A lifeboat is active: the Pod also goes to the lifeboat scheduler (TestMutatorSchedulerRouting).
+	m := &Mutator{Config: policy.DefaultConfig(), Cluster: fixture.Cluster(fixture.PoolNode("lifeboat-1", v1alpha1.NodeStateActive))}
 	req := fixture.PodRequest(fixture.WebPod())
 	resp := m.Handle(context.Background(), req)
 	if !resp.Allowed || len(resp.Patches) == 0 {
@@ -79,6 +81,43 @@ func TestMutatorProtectsAndIsIdempotent(t *testing.T) {
 	again := m.Handle(context.Background(), fixture.PodRequest(got))
 	if !again.Allowed || len(again.Patches) != 0 {
 		t.Errorf("second pass patched again: %+v", again.Patches)
+	}
+}
+
+// The lifeboat scheduler gets a protected Pod only while a lifeboat node is active, unless the
+// routing is Always.
+func TestMutatorSchedulerRouting(t *testing.T) {
+	always := policy.DefaultConfig()
+	always.SchedulerRouting = policy.RouteAlways
+	tests := []struct {
+		name   string
+		config policy.Config
+		nodes  []client.Object
+		want   string
+	}{
+		{"no pool node", policy.DefaultConfig(), nil, corev1.DefaultSchedulerName},
+		{"pool nodes in standby and warming", policy.DefaultConfig(), []client.Object{fixture.PoolNode("a", v1alpha1.NodeStateStandby), fixture.PoolNode("b", v1alpha1.NodeStateWarming)}, corev1.DefaultSchedulerName},
+		{"a draining lifeboat only", policy.DefaultConfig(), []client.Object{fixture.PoolNode("a", v1alpha1.NodeStateDraining)}, corev1.DefaultSchedulerName},
+		{"an active lifeboat", policy.DefaultConfig(), []client.Object{fixture.PoolNode("a", v1alpha1.NodeStateStandby), fixture.PoolNode("b", v1alpha1.NodeStateActive)}, v1alpha1.SchedulerName},
+		{"active label on a Node of no pool", policy.DefaultConfig(), []client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{v1alpha1.LabelState: "active"}}}}, corev1.DefaultSchedulerName},
+		{"always", always, nil, v1alpha1.SchedulerName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &Mutator{Config: tt.config, Cluster: fixture.Cluster(tt.nodes...)}
+			req := fixture.PodRequest(fixture.WebPod())
+			resp := m.Handle(context.Background(), req)
+			if !resp.Allowed || len(resp.Patches) == 0 {
+				t.Fatalf("want a patch, got %+v", resp)
+			}
+			got := apply(t, req, resp)
+			if got.Spec.SchedulerName != tt.want {
+				t.Errorf("schedulerName %q, want %q", got.Spec.SchedulerName, tt.want)
+			}
+			if got.Labels[v1alpha1.LabelProtected] != "true" {
+				t.Errorf("not protected: %v", got.Labels)
+			}
+		})
 	}
 }
 

@@ -46,17 +46,19 @@ type Options struct {
 	HealthAddress  string
 	PprofAddress   string
 
-	Namespace      string
-	SchedulerName  string
-	SpotTaintKey   string
-	NoticeBudget   time.Duration
-	PendingHold    time.Duration
-	TierClasses    map[string]string
-	AuditInterval  time.Duration
-	LeaderElect    bool
-	ShutdownDelay  time.Duration
-	DisableHTTP2   bool
-	RequestTimeout time.Duration
+	Namespace     string
+	SchedulerName string
+	// SchedulerRouting: which protected Pods get SchedulerName (policy.SchedulerRouting).
+	SchedulerRouting string
+	SpotTaintKey     string
+	NoticeBudget     time.Duration
+	PendingHold      time.Duration
+	TierClasses      map[string]string
+	AuditInterval    time.Duration
+	LeaderElect      bool
+	ShutdownDelay    time.Duration
+	DisableHTTP2     bool
+	RequestTimeout   time.Duration
 
 	Logging component.Logging
 }
@@ -76,6 +78,7 @@ func NewOptions() *Options {
 		HealthAddress:    ":8081",
 		Namespace:        v1alpha1.DefaultNamespace,
 		SchedulerName:    v1alpha1.SchedulerName,
+		SchedulerRouting: string(policy.RouteWhileLifeboatActive),
 		SpotTaintKey:     v1alpha1.TaintSpot,
 		NoticeBudget:     policy.DefaultNoticeBudget,
 		PendingHold:      policy.DefaultPendingHold,
@@ -108,7 +111,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PprofAddress, "pprof-bind-address", o.PprofAddress, "Address of Go's /debug/pprof endpoints, for profiling; empty or 0 disables them (the default). Profiles reveal memory contents: bind to localhost.")
 	fs.StringVar(&o.HealthAddress, "health-probe-bind-address", o.HealthAddress, "Address of /healthz and /readyz.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Lifeboat's own namespace: never touched, holds the audit's leader election lease.")
-	fs.StringVar(&o.SchedulerName, "scheduler-name", o.SchedulerName, "schedulerName written into protected Pods that use the default scheduler; empty leaves it alone.")
+	fs.StringVar(&o.SchedulerName, "scheduler-name", o.SchedulerName, "schedulerName written into protected Pods that use the default scheduler (see --scheduler-routing); empty leaves it alone.")
+	fs.StringVar(&o.SchedulerRouting, "scheduler-routing", o.SchedulerRouting, "Which protected Pods get --scheduler-name: WhileLifeboatActive (those created while a lifeboat node is active, the Pods that may be seated on it; the default scheduler binds every other Pod, so the two schedulers never bind into the same free room in steady state) or Always (every protected Pod; spreads them over capacity pools in steady state, but two schedulers then race for the same nodes and a kubelet rejects the overflow with OutOfcpu).")
 	fs.StringVar(&o.SpotTaintKey, "spot-taint-key", o.SpotTaintKey, "Key of the taint on Spot nodes that protected Pods of Spot tiers tolerate (effect NoSchedule, operator Exists).")
 	fs.DurationVar(&o.NoticeBudget, "notice-budget", o.NoticeBudget, "Warn about workloads whose Pods take longer than this to stop (the Spot notice is 120s).")
 	fs.DurationVar(&o.PendingHold, "eviction-pending-hold", o.PendingHold, "Hold the eviction of a protected Pod on a draining Spot node at most this long while Lifeboat's controller has not decided about it (makes the bridge race-free against a drain that starts from the same notice); 0 disables it.")
@@ -124,6 +128,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) Policy() (policy.Config, error) {
 	c := policy.DefaultConfig()
 	c.SchedulerName = o.SchedulerName
+	c.SchedulerRouting = policy.SchedulerRouting(o.SchedulerRouting)
 	c.SpotTaintKey = o.SpotTaintKey
 	c.NoticeBudget = o.NoticeBudget
 	c.OwnNamespace = o.Namespace

@@ -137,12 +137,18 @@ func Run(ctx context.Context, o *Options) error {
 	// Register the informers before the manager starts so that they sync at startup, not on the
 	// first admission request.
 	watched := append(state.MetadataObjects(), state.PodMetadataObject(), &policyv1.PodDisruptionBudget{}, &schedulingv1.PriorityClass{})
+	if cfg.NeedsLifeboatState() {
+		watched = append(watched, state.PoolNodeMetadataObject())
+	}
 	for _, obj := range watched {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
 	cluster := &state.Cluster{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), PodMetadata: mgr.GetCache()}
+	if cfg.NeedsLifeboatState() {
+		cluster.PoolNodes = mgr.GetCache()
+	}
 	for path, h := range Handlers(cfg, cluster, o.RequestTimeout) {
 		mgr.GetWebhookServer().Register(path, h)
 	}
@@ -191,7 +197,11 @@ func newManager(restConfig *rest.Config, o *Options, certDir string, logger klog
 	}
 	// Pods' metadata is cached (webhooks/eviction): without managed fields, a few hundred
 	// bytes per Pod.
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	// Of the Nodes, only the warm pools' are cached (the Pod webhook asks whether a lifeboat is
+	// active), as metadata.
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+		state.PoolNodeMetadataObject(): {Label: state.PoolNodeSelector()},
+	}}
 	tlsOpts := []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion = tls.VersionTLS12
 		if o.DisableHTTP2 {
@@ -202,11 +212,9 @@ func newManager(restConfig *rest.Config, o *Options, certDir string, logger klog
 	if o.SelfManagedTLS {
 		ns, name, _ := strings.Cut(o.TLSSecret, "/")
 		// The only Secret the webhook may read: cache exactly that one.
-		cacheOpts.ByObject = map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {
-				Namespaces: map[string]cache.Config{ns: {}},
-				Field:      fields.OneTermEqualSelector("metadata.name", name),
-			},
+		cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{ns: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", name),
 		}
 		certs = &secretCerts{key: types.NamespacedName{Namespace: ns, Name: name}, dir: certDir, poll: 2 * time.Second}
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })

@@ -12,10 +12,13 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
@@ -49,6 +52,24 @@ func PodMetadataObject() client.Object {
 	return m
 }
 
+// PoolNodeMetadataObject is the metadata-only informer of the warm pools' Nodes (PoolNodeSelector
+// restricts it to them): the Pod webhook reads whether a lifeboat is active
+// (policy.Config.SchedulerRouting).
+func PoolNodeMetadataObject() client.Object {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	return m
+}
+
+// PoolNodeSelector selects the warm pools' Nodes: the only Nodes the webhook caches.
+func PoolNodeSelector() labels.Selector {
+	req, err := labels.NewRequirement(v1alpha1.LabelPool, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant key
+	}
+	return labels.NewSelector().Add(*req)
+}
+
 func metadataObject(k policy.Kind) *metav1.PartialObjectMetadata {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(kindGVK[k])
@@ -65,6 +86,29 @@ type Cluster struct {
 	// PodMetadata caches Pods' metadata for the eviction webhook; nil: every eviction reads
 	// the API server.
 	PodMetadata client.Reader
+	// PoolNodes caches the warm pools' Nodes' metadata (PoolNodeMetadataObject); nil: no
+	// lifeboat is ever seen active.
+	PoolNodes client.Reader
+}
+
+// LifeboatActive reports whether a pool Node is in state active (claimed for an interruption,
+// until its handoff). It reads the cache only: a Pod created in the few milliseconds between the
+// claim and the cache's update keeps the default scheduler, which is what it had before.
+func (c *Cluster) LifeboatActive(ctx context.Context) (bool, error) {
+	if c.PoolNodes == nil {
+		return false, nil
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.PoolNodes.List(ctx, list, client.MatchingLabels{v1alpha1.LabelState: string(v1alpha1.NodeStateActive)}); err != nil {
+		return false, fmt.Errorf("list active lifeboat Nodes: %w", err)
+	}
+	for i := range list.Items {
+		if _, ok := list.Items[i].Labels[v1alpha1.LabelPool]; ok && list.Items[i].DeletionTimestamp == nil {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 var _ policy.MetadataLookup = &Cluster{}

@@ -297,14 +297,15 @@ func waitPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, se
 }
 
 // checkMutated: the webhook protected the Pod with the chart's policy values (tier
-// stateless by default, the scheduler name, the tier's PriorityClass, the Spot toleration).
+// stateless by default, the tier's PriorityClass, the Spot toleration).
 func checkMutated(t *testing.T, p *corev1.Pod) {
 	t.Helper()
 	if p.Labels[v1alpha1.LabelProtected] != "true" || p.Labels[v1alpha1.LabelTier] != string(v1alpha1.TierStateless) {
 		t.Errorf("Pod %s not protected: labels %v", p.Name, p.Labels)
 	}
-	if p.Spec.SchedulerName != v1alpha1.SchedulerName {
-		t.Errorf("Pod %s: schedulerName %q", p.Name, p.Spec.SchedulerName)
+	// policy.schedulerRouting WhileLifeboatActive and no lifeboat active: the default scheduler.
+	if p.Spec.SchedulerName != corev1.DefaultSchedulerName {
+		t.Errorf("Pod %s: schedulerName %q, want %s while no lifeboat is active", p.Name, p.Spec.SchedulerName, corev1.DefaultSchedulerName)
 	}
 	if p.Spec.PriorityClassName != v1alpha1.PriorityClassStateless {
 		t.Errorf("Pod %s: priorityClassName %q", p.Name, p.Spec.PriorityClassName)

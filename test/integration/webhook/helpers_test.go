@@ -458,8 +458,10 @@ func checkProtected(t testing.TB, p *corev1.Pod, tier v1alpha1.Tier, wantClass s
 	if p.Labels[v1alpha1.LabelProtected] != "true" || p.Labels[v1alpha1.LabelTier] != string(tier) {
 		t.Errorf("Pod %s labels %v, want protected tier %s", p.Name, p.Labels, tier)
 	}
-	if p.Spec.SchedulerName != v1alpha1.SchedulerName {
-		t.Errorf("Pod %s schedulerName %q", p.Name, p.Spec.SchedulerName)
+	// No lifeboat is active in these tests: the Pod keeps the default scheduler
+	// (TestSchedulerRoutingFollowsLifeboats).
+	if p.Spec.SchedulerName != corev1.DefaultSchedulerName {
+		t.Errorf("Pod %s schedulerName %q, want %s while no lifeboat is active", p.Name, p.Spec.SchedulerName, corev1.DefaultSchedulerName)
 	}
 	if p.Spec.PriorityClassName != wantClass {
 		t.Errorf("Pod %s priorityClassName %q, want %q", p.Name, p.Spec.PriorityClassName, wantClass)

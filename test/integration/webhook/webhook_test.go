@@ -430,6 +430,84 @@ func TestIdempotentReinvocation(t *testing.T) {
 	}
 }
 
+// TestSchedulerRoutingFollowsLifeboats: a protected Pod goes to the lifeboat scheduler only when
+// it is created while a warm pool's Node is active, and with --scheduler-routing=Always always.
+func TestSchedulerRoutingFollowsLifeboats(t *testing.T) {
+	setup(t)
+	ctx := context.Background()
+	ns := newNamespace(t, "routing", protectedNS)
+	waitForWebhooks(t, ns)
+	j := suspendedJob(t, ns, "job")
+	create := func(name string) *corev1.Pod {
+		t.Helper()
+		got, err := shared.Client().CoreV1().Pods(ns).Create(ctx, jobPod(j, name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Labels[v1alpha1.LabelProtected] != "true" {
+			t.Fatalf("Pod %s not protected: %v", name, got.Labels)
+		}
+		return got
+	}
+	if p := create("before"); p.Spec.SchedulerName != corev1.DefaultSchedulerName {
+		t.Errorf("no lifeboat active: schedulerName %q, want %s", p.Spec.SchedulerName, corev1.DefaultSchedulerName)
+	}
+
+	// A pool Node turns active (the interruption controller's claim): new Pods go to the
+	// lifeboat scheduler as soon as the webhook's cache has seen it.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "routing-lifeboat", Labels: map[string]string{
+		v1alpha1.LabelPool: "default", v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}}}
+	if _, err := shared.Client().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.Client().CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	if p := create("standby"); p.Spec.SchedulerName != corev1.DefaultSchedulerName {
+		t.Errorf("a standby pool Node: schedulerName %q, want %s", p.Spec.SchedulerName, corev1.DefaultSchedulerName)
+	}
+	setState := func(st v1alpha1.NodeState) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, v1alpha1.LabelState, st)
+		if _, err := shared.Client().CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routedTo := func(want string) {
+		t.Helper()
+		var last string
+		for i := 0; i < 50; i++ {
+			p := create(fmt.Sprintf("p%d-%d", len(want), i))
+			if last = p.Spec.SchedulerName; last == want {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("schedulerName %q after 5s, want %s", last, want)
+	}
+	setState(v1alpha1.NodeStateActive)
+	routedTo(v1alpha1.SchedulerName)
+	// Handoff: the lifeboat drains; Pods created now must not be seated on it.
+	setState(v1alpha1.NodeStateDraining)
+	routedTo(corev1.DefaultSchedulerName)
+
+}
+
+// TestSchedulerRoutingAlways: with --scheduler-routing=Always every protected Pod goes to the
+// lifeboat scheduler, with no lifeboat active.
+func TestSchedulerRoutingAlways(t *testing.T) {
+	setup(t, "--scheduler-routing=Always")
+	ctx := context.Background()
+	ns := newNamespace(t, "routing-always", protectedNS)
+	waitForWebhooks(t, ns)
+	j := suspendedJob(t, ns, "job")
+	got, err := shared.Client().CoreV1().Pods(ns).Create(ctx, jobPod(j, "always"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[v1alpha1.LabelProtected] != "true" || got.Spec.SchedulerName != v1alpha1.SchedulerName {
+		t.Errorf("--scheduler-routing=Always: labels %v, schedulerName %q, want protected with %s", got.Labels, got.Spec.SchedulerName, v1alpha1.SchedulerName)
+	}
+}
+
 func TestWebhookDownFailsOpenAndAuditReports(t *testing.T) {
 	w, _ := setup(t, "--audit-interval=1s")
 	ctx := context.Background()
