@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 )
@@ -88,6 +89,11 @@ func (c Config) applyPriority(pod *corev1.Pod, p Placement) string {
 	}
 	if p.TierClass == nil || p.TierClass.Name != want || !c.Allowed(p.TierClass.Name) {
 		return fmt.Sprintf("PriorityClass %s of tier %s does not exist, so the Pod keeps its priority; apply manifests/webhook/priorityclasses.yaml", want, p.Tier)
+	}
+	if base := ptr.Deref(pod.Spec.Priority, 0); current != want && p.TierClass.Value < base {
+		// Never lower a Pod's priority: ordinary Pods preempt strictly lower priorities, so a
+		// lower one would make it easier to preempt than without Lifeboat.
+		return fmt.Sprintf("PriorityClass %s of tier %s (%d) is below the Pod's priority %d (the cluster's default class), so the Pod keeps it: a lower priority would let ordinary Pods preempt it", want, p.Tier, p.TierClass.Value, base)
 	}
 	pod.Spec.PriorityClassName = p.TierClass.Name
 	value := p.TierClass.Value

@@ -151,6 +151,31 @@ func TestApplyPlacement(t *testing.T) {
 			},
 		},
 		{
+			name:     "a tier class below the global default's priority is not assigned: never easier to preempt",
+			tier:     v1alpha1.TierBestEffort,
+			pod:      corev1.PodSpec{PriorityClassName: "cluster-default", Priority: ptr.To[int32](7)},
+			podClass: class("cluster-default", 7, true),
+			want: func(s *corev1.PodSpec) {
+				s.Affinity = required(reqs(reqSpot), reqs(reqPool))
+				s.Tolerations = []corev1.Toleration{spotToleration}
+				s.SchedulerName = v1alpha1.SchedulerName
+			},
+			notes: 1,
+		},
+		{
+			name: "best-effort is the default priority: assigned over no class",
+			tier: v1alpha1.TierBestEffort,
+			pod:  corev1.PodSpec{Priority: ptr.To[int32](0)},
+			want: func(s *corev1.PodSpec) {
+				s.Affinity = required(reqs(reqSpot), reqs(reqPool))
+				s.Tolerations = []corev1.Toleration{spotToleration}
+				s.SchedulerName = v1alpha1.SchedulerName
+				s.PriorityClassName = v1alpha1.PriorityClassBestEffort
+				s.Priority = ptr.To(v1alpha1.PriorityBestEffort)
+				s.PreemptionPolicy = ptr.To(corev1.PreemptLowerPriority)
+			},
+		},
+		{
 			name: "system class chosen by the user is theirs, never one the webhook assigns",
 			tier: v1alpha1.TierCritical,
 			pod:  corev1.PodSpec{PriorityClassName: "system-cluster-critical", Priority: ptr.To[int32](2000000000)},

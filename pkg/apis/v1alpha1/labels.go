@@ -94,5 +94,9 @@ const (
 	PriorityCritical     int32 = 100000
 	PriorityStateless    int32 = 10000
 	PriorityCheckpointed int32 = 1000
-	PriorityBestEffort   int32 = -100
+	// PriorityBestEffort is the cluster's default priority, not below it: an ordinary Pod
+	// (priority 0, PreemptLowerPriority) preempts only strictly lower priorities, so a best-effort
+	// Pod is no easier to preempt with Lifeboat than without. At -100 (until 2026-12) every
+	// Pending ordinary Pod of a reclaim preempted best-effort Jobs, which Karpenter alone never did.
+	PriorityBestEffort int32 = 0
 )

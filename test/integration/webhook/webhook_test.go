@@ -363,10 +363,12 @@ func TestPriorityClasses(t *testing.T) {
 	}
 	checkProtected(t, got, v1alpha1.TierBestEffort, v1alpha1.PriorityClassBestEffort)
 	if *got.Spec.Priority != v1alpha1.PriorityBestEffort || *got.Spec.PreemptionPolicy != corev1.PreemptNever {
-		t.Errorf("priority %d / %s, want -100 / Never", *got.Spec.Priority, *got.Spec.PreemptionPolicy)
+		t.Errorf("priority %d / %s, want %d / Never", *got.Spec.Priority, *got.Spec.PreemptionPolicy, v1alpha1.PriorityBestEffort)
 	}
 
-	// A cluster-wide default class (set by the Priority plugin, not the user) gives way to the tier's.
+	// A cluster-wide default class (set by the Priority plugin, not the user) gives way to the
+	// tier's when the tier's is not lower (checkpointed, 1000 > 7); a best-effort Pod (0 < 7)
+	// keeps it, as lowering it would let ordinary Pods preempt it.
 	def, err := cs.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "cluster-default-" + ns}, Value: 7, GlobalDefault: true}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -376,14 +378,24 @@ func TestPriorityClasses(t *testing.T) {
 	})
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		_ = cs.CoreV1().Pods(ns).Delete(ctx, "default-class", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-		got, err = cs.CoreV1().Pods(ns).Create(ctx, jobPod(j, "default-class"), metav1.CreateOptions{})
+		dp := jobPod(j, "default-class")
+		dp.Labels[v1alpha1.LabelTier] = string(v1alpha1.TierCheckpointed)
+		got, err = cs.CoreV1().Pods(ns).Create(ctx, dp, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return false, nil
 		}
-		return err == nil && got.Spec.PriorityClassName == v1alpha1.PriorityClassBestEffort, err
+		return err == nil && got.Spec.PriorityClassName == v1alpha1.PriorityClassCheckpointed, err
 	})
 	if err != nil {
 		t.Fatalf("global default class not replaced by the tier's: %v (class %q)", err, got.Spec.PriorityClassName)
+	}
+	checkPriorityConsistent(t, got)
+	got, err = cs.CoreV1().Pods(ns).Create(ctx, jobPod(j, "default-class-best-effort"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.PriorityClassName != def.Name || got.Labels[v1alpha1.LabelProtected] != "true" {
+		t.Errorf("best-effort Pod under a global default of 7: class %q, labels %v; want %s kept and the Pod protected", got.Spec.PriorityClassName, got.Labels, def.Name)
 	}
 	checkPriorityConsistent(t, got)
 
@@ -402,7 +414,8 @@ func TestPriorityClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range list.Items {
-		checkAllowlisted(t, &list.Items[i], own.Name)
+		// The global default class is the Priority plugin's, kept where the tier's is lower.
+		checkAllowlisted(t, &list.Items[i], own.Name, def.Name)
 	}
 }
 
