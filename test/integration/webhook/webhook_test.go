@@ -473,7 +473,9 @@ func TestSchedulerRoutingFollowsLifeboats(t *testing.T) {
 	if _, err := shared.Client().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = shared.Client().CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = shared.Client().CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
 	if p := create("standby"); p.Spec.SchedulerName != corev1.DefaultSchedulerName {
 		t.Errorf("a standby pool Node: schedulerName %q, want %s", p.Spec.SchedulerName, corev1.DefaultSchedulerName)
 	}
