@@ -359,16 +359,13 @@ func worseWithSlack(baseline, lifeboat float64) bool {
 // regression of a workload whose pods_noticed differs between the modes is marked
 // ExposureDiffers. Nil when either mode is missing; empty, not nil, when there is no regression.
 func (rep *Report) Worse() []Regression {
-	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
-	if base == nil || lb == nil {
+	pairs := rep.workloadPairs()
+	if pairs == nil {
 		return nil
 	}
 	out := []Regression{}
-	for _, name := range sortedKeys(lb.Workloads) {
-		bw, lw := base.Workloads[name], lb.Workloads[name]
-		if bw == nil || lw == nil {
-			continue
-		}
+	for _, wp := range pairs {
+		name, bw, lw := wp.name, wp.baseline, wp.lifeboat
 		for _, c := range regressionChecks {
 			if b, l := c.value(bw), c.value(lw); c.worse(b, l) {
 				out = append(out, Regression{Workload: name, Metric: c.metric, Baseline: b, Lifeboat: l,
@@ -379,19 +376,41 @@ func (rep *Report) Worse() []Regression {
 	return out
 }
 
+// workloadPair is one workload's results in the baseline and the lifeboat mode.
+type workloadPair struct {
+	name               string
+	baseline, lifeboat *WorkloadResult
+}
+
+// workloadPairs are the workloads in both the baseline and the lifeboat mode, sorted by name;
+// nil when either mode is missing.
+func (rep *Report) workloadPairs() []workloadPair {
+	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
+	if base == nil || lb == nil {
+		return nil
+	}
+	out := []workloadPair{}
+	for _, name := range sortedKeys(lb.Workloads) {
+		if bw, lw := base.Workloads[name], lb.Workloads[name]; bw != nil && lw != nil {
+			out = append(out, workloadPair{name, bw, lw})
+		}
+	}
+	return out
+}
+
 // Outcome states the comparison in words, for the first lines of the report: per protected
 // workload in both modes, the replica-seconds each mode lost and its lowest ready count; then
 // one line per regression (Worse) or one saying there is none. Nil unless the report holds
 // both the baseline and the lifeboat mode.
 func (rep *Report) Outcome() []string {
-	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
-	if base == nil || lb == nil {
+	pairs := rep.workloadPairs()
+	if pairs == nil {
 		return nil
 	}
 	var lines []string
-	for _, name := range sortedKeys(lb.Workloads) {
-		bw, lw := base.Workloads[name], lb.Workloads[name]
-		if bw == nil || lw == nil || !(lw.Protected || bw.Protected) {
+	for _, wp := range pairs {
+		name, bw, lw := wp.name, wp.baseline, wp.lifeboat
+		if !(lw.Protected || bw.Protected) {
 			continue
 		}
 		lines = append(lines, fmt.Sprintf("%s: Lifeboat lost %s replica-seconds (min ready %d/%d), Karpenter alone %s (min ready %d/%d)",
@@ -438,14 +457,10 @@ func (rep *Report) Cautions() []string {
 // differs between the modes and did not allow the same interruption), so its comparison is not
 // like for like. Nil when there is none or either mode is missing.
 func (rep *Report) ExposureDiffs() []string {
-	base, lb := rep.Modes["baseline"], rep.Modes["lifeboat"]
-	if base == nil || lb == nil {
-		return nil
-	}
 	var lines []string
-	for _, name := range sortedKeys(lb.Workloads) {
-		bw, lw := base.Workloads[name], lb.Workloads[name]
-		if bw == nil || lw == nil || bw.PodsNoticed == lw.PodsNoticed {
+	for _, wp := range rep.workloadPairs() {
+		name, bw, lw := wp.name, wp.baseline, wp.lifeboat
+		if bw.PodsNoticed == lw.PodsNoticed {
 			continue
 		}
 		lines = append(lines, fmt.Sprintf("EXPOSURE differs: %s %d Pods noticed with Lifeboat, %d with Karpenter alone — its comparison is not like for like",
