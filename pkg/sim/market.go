@@ -141,7 +141,7 @@ func (m *market) interrupt(ctx context.Context, n *corev1.Node) error {
 		m.exposed = map[string]int{}
 	}
 	for _, p := range onNode {
-		m.exposed[p.Namespace+"/"+p.Labels[LabelWorkload]]++
+		m.exposed[podWorkloadKey(p)]++
 	}
 	m.mu.Unlock()
 	m.mark(now, "notice", "notice "+n.Name)
@@ -213,7 +213,7 @@ func (m *market) reclaim(ctx context.Context, node string) {
 	m.mark(time.Now(), "reclaim", "reclaim "+node)
 	for _, p := range m.obs.podsOnNode(node) {
 		m.mu.Lock()
-		m.killed[p.Namespace+"/"+p.Labels[LabelWorkload]]++
+		m.killed[podWorkloadKey(p)]++
 		m.mu.Unlock()
 		err := m.c.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		if err != nil && !apierrors.IsNotFound(err) {

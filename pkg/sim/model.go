@@ -27,6 +27,9 @@ const WarmPoolName = "sim"
 // LabelWorkload marks the Pods of a scenario workload with its name.
 const LabelWorkload = "sim.lifeboat.dev/workload"
 
+// podWorkloadKey is the report's key (workloadKey) of a scenario Pod's workload: "<namespace>/<name>".
+func podWorkloadKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Labels[LabelWorkload] }
+
 // instanceTypes converts the scenario's catalog: every type in every zone, Spot and On-Demand.
 func instanceTypes(s *scenario.Scenario) []localcluster.InstanceType {
 	var out []localcluster.InstanceType

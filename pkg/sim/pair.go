@@ -273,7 +273,7 @@ func (m *market) candidates(p scenario.Pool) map[string][]candidate {
 		}
 		c := candidate{node: n, name: n.Name, pods: map[string]int{}}
 		for _, pod := range m.obs.podsOnNode(n.Name) {
-			c.pods[pod.Namespace+"/"+pod.Labels[LabelWorkload]]++
+			c.pods[podWorkloadKey(pod)]++
 			c.total++
 		}
 		k := poolKey(n)

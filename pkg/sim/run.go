@@ -333,7 +333,7 @@ func waitWarm(ctx context.Context, obs *observer, s *scenario.Scenario, timeout 
 		for _, obj := range obs.pods.List() {
 			p := obj.(*corev1.Pod)
 			if p.DeletionTimestamp == nil && podReady(p) && p.Labels[LabelWorkload] != "" {
-				ready[p.Namespace+"/"+p.Labels[LabelWorkload]]++
+				ready[podWorkloadKey(p)]++
 			}
 		}
 		for _, w := range s.Workloads {
