@@ -122,27 +122,30 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	plan := PlanNode(s, c.opts)
-	var errs []error
-	for _, a := range plan.Hold {
+	// The holds and releases are written in parallel: a burst decides many Nodes within
+	// seconds, and every Pod the webhook's pending hold stops covering before its hold is
+	// written may be evicted (at scale, one write after the other took 3–4 s per Node, and
+	// the last Nodes of a 20-node burst lost Pods that way).
+	errs := writeAll(plan.Hold, func(a PodAction) error {
 		value := nodeutil.FormatTime(a.Until)
 		if err := c.setHold(ctx, a.Pod, value); err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
 		c.grant(a.Pod, value)
 		metrics.BridgeHolds.WithLabelValues(kindOf(a.Pod)).Inc()
 		c.recorder.Eventf(a.Pod, n, corev1.EventTypeNormal, v1alpha1.EventEvictionHeld, "Hold",
 			"Eviction held until %s (at the latest) while the replacement starts on a lifeboat: node %s is interrupted", a.Until.UTC().Format("15:04:05"), n.Name)
-	}
-	for _, a := range plan.Release {
+		return nil
+	})
+	errs = append(errs, writeAll(plan.Release, func(a PodAction) error {
 		if err := c.setHold(ctx, a.Pod, v1alpha1.EvictionHoldReleased); err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
 		metrics.BridgeReleases.WithLabelValues(a.Reason).Inc()
 		c.recorder.Eventf(a.Pod, n, corev1.EventTypeWarning, v1alpha1.EventEvictionReleased, "Release",
 			"Eviction no longer held (%s): the drain of interrupted node %s proceeds as without Lifeboat", a.Reason, n.Name)
-	}
+		return nil
+	})...)
 	// The holds first, then the surge (once a lifeboat is Ready): a crash between the two leaves
 	// holds without a surge, which end by their deadline; the next pass surges.
 	if err := c.ensureSurges(ctx, n, plan.Surge); err != nil {
@@ -152,6 +155,12 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		if err := c.move(ctx, n, p); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if onlyConflicts(errs) {
+		// Another reconcile (a surge of the same Deployment for another node) wrote first:
+		// look again soon, outside the failure backoff, which would grow with every burst.
+		logger.V(1).Info("Retrying after a write conflict", "err", errors.Join(errs...))
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return reconcile.Result{}, err
@@ -169,8 +178,11 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	} else {
 		s.NoticeAt = s.Now
 	}
+	// Every read here is of the informer cache without copies (a burst reconciles its Nodes
+	// one at a time under the seats lock, and the cluster's Nodes and protected Pods are many):
+	// nothing read is modified; setHold writes on a copy.
 	nodes := &corev1.NodeList{}
-	if err := c.client.List(ctx, nodes); err != nil {
+	if err := c.client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return s, err
 	}
 	bound := map[string][]*corev1.Pod{}
@@ -203,7 +215,7 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 		}
 	}
 	pending := &corev1.PodList{}
-	if err := c.client.List(ctx, pending, client.MatchingLabels{v1alpha1.LabelProtected: "true"}); err != nil {
+	if err := c.client.List(ctx, pending, client.MatchingLabels{v1alpha1.LabelProtected: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return s, err
 	}
 	var waiting []*corev1.Pod
@@ -230,10 +242,11 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	return s, nil
 }
 
-// podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index).
+// podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index; the
+// cache's own objects: read only).
 func (c *Controller) podsOn(ctx context.Context, node string) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := c.client.List(ctx, list, client.MatchingFields{IndexPodNodeName: node}); err != nil {
+	if err := c.client.List(ctx, list, client.MatchingFields{IndexPodNodeName: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	out := make([]*corev1.Pod, 0, len(list.Items))
@@ -331,7 +344,8 @@ func cutKey(key string) (string, string, bool) {
 // (policy.HoldAnnotations; a merge patch: nothing else of the Pod changes).
 func (c *Controller) setHold(ctx context.Context, p *corev1.Pod, value string) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": policy.HoldAnnotations(p, value)}})
-	if err := c.client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+	// On a copy: p may be the informer cache's own object (observeNode reads without copies).
+	if err := c.client.Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("write the eviction hold of %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return nil
@@ -376,6 +390,47 @@ func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod) er
 	default:
 		return fmt.Errorf("evict %s/%s to its lifeboat: %w", p.Namespace, p.Name, err)
 	}
+}
+
+// conflictRetry is how soon a reconcile that lost a write race looks again.
+const conflictRetry = 200 * time.Millisecond
+
+// onlyConflicts: errs is not empty and every error is an optimistic-lock conflict.
+func onlyConflicts(errs []error) bool {
+	for _, err := range errs {
+		if !apierrors.IsConflict(err) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+// writeParallelism bounds the concurrent hold writes of one node reconcile.
+const writeParallelism = 16
+
+// writeAll runs write for every action, at most writeParallelism at a time, and returns the
+// errors.
+func writeAll(actions []PodAction, write func(PodAction) error) []error {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+		slot = make(chan struct{}, writeParallelism)
+	)
+	for _, a := range actions {
+		slot <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slot; wg.Done() }()
+			if err := write(a); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 func kindOf(p *corev1.Pod) string {
@@ -511,6 +566,11 @@ func (c *Controller) ReconcileSurge(ctx context.Context, req reconcile.Request) 
 		delete(s.Nodes, step.Remove)
 	}
 	if err := c.finishSurge(ctx, d, s, back); err != nil {
+		if onlyConflicts([]error{err}) {
+			// The node reconciles surge the same Deployment: the cached copy was behind.
+			logger.V(1).Info("Retrying after a write conflict", "err", err)
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
 		return reconcile.Result{}, err
 	}
 	for _, p := range step.RemovePods {
