@@ -70,7 +70,7 @@ func (c *Controller) record(ctx context.Context, d *decision) decisionResult {
 	switch {
 	case len(d.plan.Unplaced) > 0:
 		metrics.ResumeDecisions.WithLabelValues("insufficient_standby").Inc()
-		c.recorder.Eventf(d.node, nil, corev1.EventTypeWarning, v1alpha1.EventNoStandby, "Resume", "Resumed %s; %d protected Pods fit no standby node (%s): raise the WarmPool size", decisionValue, len(d.plan.Unplaced), strings.Join(d.plan.Unplaced, ", "))
+		c.recorder.Eventf(d.node, nil, corev1.EventTypeWarning, v1alpha1.EventNoStandby, "Resume", "Resumed %s; %d protected Pods fit no standby node (%s): the room left on the burst's other lifeboats takes what fits; raise the WarmPool size to cover the rest", decisionValue, len(d.plan.Unplaced), strings.Join(d.plan.Unplaced, ", "))
 	case len(names) == 0:
 		metrics.ResumeDecisions.WithLabelValues("none_needed").Inc()
 	default:
