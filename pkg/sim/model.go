@@ -105,7 +105,7 @@ func clusterOptions(s *scenario.Scenario) localcluster.Options {
 		ExtraAPIServerFlags: []string{"--enable-aggregator-routing=true"},
 		DelaySeed:           s.Seed,
 		NodeBootDelays: []localcluster.DelayRule{
-			{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: t.KarpenterBoot.Mean.Duration, Jitter: t.KarpenterBoot.Jitter.Duration},
+			{Selector: map[string]string{karpenterNodePoolLabel: "default"}, Delay: t.KarpenterBoot.Mean.Duration, Jitter: t.KarpenterBoot.Jitter.Duration},
 		},
 		PodStartDelays: []localcluster.DelayRule{
 			{Selector: map[string]string{v1alpha1.LabelPool: WarmPoolName}, Delay: t.ImagePullCached.Mean.Duration + t.AppStart.Mean.Duration,

@@ -20,6 +20,9 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/sizing"
 )
 
+// karpenterNodePoolLabel is on every Node Karpenter created (its NodePool's name).
+const karpenterNodePoolLabel = "karpenter.sh/nodepool"
+
 // observer samples the cluster from informer caches once a second: ready Pods per workload,
 // Pending Pods, nodes by kind; and it counts NodeClaims Karpenter created and the node-seconds
 // lifeboat nodes spent active.
@@ -42,6 +45,8 @@ type observer struct {
 	price      func(n *corev1.Node) (now, onDemand float64, ok bool)
 	poolTimes  map[string]*poolTimes // pool Node → its resume timestamps
 	resumedFor map[string]string     // pool Node → interrupted Node it was resumed for
+	// boots: Karpenter's Nodes created since t0 → creation to Ready (the simulated boot).
+	boots map[string]time.Duration
 }
 
 // poolTimes are a resumed pool Node's timestamps (zero when not seen).
@@ -51,13 +56,13 @@ type poolTimes struct {
 
 func newObserver(ctx context.Context, cl Clients, workloads []string, price func(*corev1.Node) (float64, float64, bool)) (*observer, error) {
 	o := &observer{workloads: workloads, claimsSeen: map[string]bool{}, resumedNodes: map[string]bool{}, activeByType: map[string]float64{}, billedByType: map[string]float64{},
-		poolTimes: map[string]*poolTimes{}, resumedFor: map[string]string{}, price: price}
+		poolTimes: map[string]*poolTimes{}, resumedFor: map[string]string{}, boots: map[string]time.Duration{}, price: price}
 	f := informers.NewSharedInformerFactory(cl.Kube, 0)
 	podInf, nodeInf := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
 	o.pods, o.nodes = podInf.GetIndexer(), nodeInf.GetIndexer()
 	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    o.recordResume,
-		UpdateFunc: func(_, obj any) { o.recordResume(obj) },
+		AddFunc:    func(obj any) { o.recordResume(obj); o.recordBoot(obj) },
+		UpdateFunc: func(_, obj any) { o.recordResume(obj); o.recordBoot(obj) },
 	})
 	df := dynamicinformer.NewDynamicSharedInformerFactory(cl.Dynamic, 0)
 	claimInf := df.ForResource(localcluster.NodeClaimGVR).Informer()
@@ -222,6 +227,43 @@ func (o *observer) recordResume(obj any) {
 	set(&pt.readyAt, v1alpha1.AnnotationResumedReadyAt)
 }
 
+// recordBoot keeps, for each of Karpenter's Nodes created since t0, the time from its creation
+// to its Ready condition: the boot the harness simulates (scenario timing.karpenterBoot). When
+// the machine is short of CPU, KWOK flips Nodes Ready late, and more so in a busier mode.
+func (o *observer) recordBoot(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok || n.Labels[v1alpha1.LabelPool] != "" || n.Labels[karpenterNodePoolLabel] == "" {
+		return
+	}
+	var readyAt time.Time
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			readyAt = c.LastTransitionTime.Time
+		}
+	}
+	if readyAt.IsZero() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	// Seconds: creationTimestamp has no finer precision.
+	if _, seen := o.boots[n.Name]; seen || o.start.IsZero() || n.CreationTimestamp.Time.Before(o.start.Truncate(time.Second)) {
+		return
+	}
+	o.boots[n.Name] = readyAt.Sub(n.CreationTimestamp.Time)
+}
+
+// nodeBoots are the simulated boots recordBoot kept.
+func (o *observer) nodeBoots() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]time.Duration, 0, len(o.boots))
+	for _, d := range o.boots {
+		out = append(out, d)
+	}
+	return out
+}
+
 // resumes times every resume seen since t0 from the notice the market sent for the node it
 // answered (noticeAt), or from the controller's interrupted-at when that node is unknown.
 func (o *observer) resumes(noticeAt func(node string) (time.Time, bool)) []report.Resume {
@@ -260,7 +302,7 @@ func nodeKind(n *corev1.Node) string {
 			return "lifeboat-standby"
 		}
 	}
-	if n.Labels["karpenter.sh/nodepool"] != "" {
+	if n.Labels[karpenterNodePoolLabel] != "" {
 		if n.Labels[v1alpha1.LabelCapacityType] == "on-demand" {
 			return "karpenter-on-demand"
 		}

@@ -125,7 +125,7 @@ func labelZoneIDs(ctx context.Context, cl Clients, obs *observer) {
 		for _, obj := range obs.nodes.List() {
 			n := obj.(*corev1.Node)
 			zone := n.Labels[corev1.LabelTopologyZone]
-			if n.Labels["karpenter.sh/nodepool"] == "" || zone == "" || n.Labels[reclaimplan.LabelZoneID] != "" || n.DeletionTimestamp != nil {
+			if n.Labels[karpenterNodePoolLabel] == "" || zone == "" || n.Labels[reclaimplan.LabelZoneID] != "" || n.DeletionTimestamp != nil {
 				continue
 			}
 			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, reclaimplan.LabelZoneID, awsemu.ZoneID(zone))

@@ -234,6 +234,7 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 		KarpenterLaunched: obs.launchedClaims(), LifeboatResumed: resumed, LifeboatActiveNodeSeconds: activeSecs,
 	}
 	run.Resumes = obs.resumes(m.noticeAt)
+	run.KarpenterBoots = obs.nodeBoots()
 	c0 := costs(s, billedByType)
 	run.LifeboatDollars, run.OverprovisioningDollars = c0.lifeboatRun, c0.overprovisioningRun
 	run.RunsPerMonth, run.LifeboatDollarsPerMonth, run.OverprovisioningDollarsPerMonth = s.Cost.RunsPerMonth, c0.lifeboatMonth, c0.overprovisioningMonth

@@ -92,6 +92,8 @@ type Run struct {
 
 	// Resumes are the lifeboat nodes resumed during the run, with their timings.
 	Resumes []Resume
+	// KarpenterBoots: for each of Karpenter's Nodes created since t0, creation → Ready.
+	KarpenterBoots []time.Duration
 }
 
 // Resume is one lifeboat node's resume, timed from the notice of the node it was resumed for.
@@ -165,6 +167,10 @@ type NodeResult struct {
 	ResumeStartP99Seconds float64 `json:"resume_notice_to_start_p99_seconds,omitempty"`
 	ResumeReadyP50Seconds float64 `json:"resume_notice_to_ready_p50_seconds,omitempty"`
 	ResumeReadyP99Seconds float64 `json:"resume_notice_to_ready_p99_seconds,omitempty"`
+	// KarpenterBootP50Seconds: median creation → Ready of Karpenter's Nodes created since t0,
+	// the boot the harness simulates. Above the scenario's karpenterBoot, or apart between the
+	// modes, it shows the machine's lag (Cautions).
+	KarpenterBootP50Seconds float64 `json:"karpenter_boot_p50_seconds,omitempty"`
 }
 
 // CostResult estimates what each protection costs: for the run's duration, and projected over
@@ -217,6 +223,7 @@ func Summarize(r *Run) *ModeResult {
 	}
 	res.Nodes.ResumeStartP50Seconds, res.Nodes.ResumeStartP99Seconds = quantileSeconds(toStart, 0.5), quantileSeconds(toStart, 0.99)
 	res.Nodes.ResumeReadyP50Seconds, res.Nodes.ResumeReadyP99Seconds = quantileSeconds(toReady, 0.5), quantileSeconds(toReady, 0.99)
+	res.Nodes.KarpenterBootP50Seconds = quantileSeconds(r.KarpenterBoots, 0.5)
 	firstNotice, noticed := markerAt(r.Markers, "notice")
 	if !noticed {
 		firstNotice = -1
@@ -449,7 +456,34 @@ func (rep *Report) Cautions() []string {
 			lines = append(lines, fmt.Sprintf("CAUTION %s: up to %d node(s) held more Pods than they fit (two schedulers bound into the same free room; a real kubelet rejects the overflow with OutOfcpu/OutOfpods, KWOK runs it), so this mode's figures are not comparable", m, n))
 		}
 	}
+	if l := rep.bootLag(); l != "" {
+		lines = append(lines, l)
+	}
 	return append(lines, rep.ExposureDiffs()...)
+}
+
+// Simulated boots further apart than this between the modes (seconds, or this fraction of the
+// baseline's) mean the harness lagged in one mode: KWOK flips Nodes Ready when it gets to them.
+const (
+	bootLagSlack = 5
+	bootLagRatio = 0.1
+)
+
+// bootLag is a caution when Karpenter's Nodes took clearly longer to turn Ready in one mode than
+// in the other: the boot is simulated, the same delays in both modes, so the difference is the
+// machine's lag, and the recovery and replica-seconds of workloads waiting for new nodes are
+// not like for like. "" when the modes agree or either has no figure.
+func (rep *Report) bootLag() string {
+	b, l := rep.Modes["baseline"], rep.Modes["lifeboat"]
+	if b == nil || l == nil {
+		return ""
+	}
+	bb, lb := b.Nodes.KarpenterBootP50Seconds, l.Nodes.KarpenterBootP50Seconds
+	if bb <= 0 || lb <= 0 || math.Abs(lb-bb) <= max(bootLagSlack, bootLagRatio*bb) {
+		return ""
+	}
+	return fmt.Sprintf("CAUTION the simulated kubelets lagged: Karpenter's nodes turned Ready %s s after launch (median) with Lifeboat, %s s with Karpenter alone — the same simulated boot, so the gap is this machine's; recovery and replica-seconds of workloads waiting for new nodes are not like for like (run the modes with --parallel to share the load)",
+		strconv.FormatFloat(lb, 'f', 1, 64), strconv.FormatFloat(bb, 'f', 1, 64))
 }
 
 // ExposureDiffs has a line per workload in both the baseline and the lifeboat mode whose
@@ -549,17 +583,20 @@ func (rep *Report) writeFigures(w io.Writer) error {
 		return err
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tKARPENTER NODES\tLIFEBOAT RESUMED\tNOTICE→START p50/p99 (s)\tNOTICE→READY p50/p99 (s)\tLIFEBOAT NODE-SECONDS\tLIFEBOAT $ (RUN)\tOVERPROVISIONING $ (RUN)\tSPOT SAVINGS mean / min")
+	fmt.Fprintln(tw, "MODE\tKARPENTER NODES\tNODE BOOT p50 (s)\tLIFEBOAT RESUMED\tNOTICE→START p50/p99 (s)\tNOTICE→READY p50/p99 (s)\tLIFEBOAT NODE-SECONDS\tLIFEBOAT $ (RUN)\tOVERPROVISIONING $ (RUN)\tSPOT SAVINGS mean / min")
 	for _, m := range rep.ModeNames() {
 		res := rep.Modes[m]
-		start, ready := "-", "-"
+		start, ready, boot := "-", "-", "-"
+		if res.Nodes.KarpenterBootP50Seconds > 0 {
+			boot = fmt.Sprintf("%.1f", res.Nodes.KarpenterBootP50Seconds)
+		}
 		if res.Nodes.LifeboatResumed > 0 && res.Nodes.ResumeStartP99Seconds > 0 {
 			start = fmt.Sprintf("%.3f / %.3f", res.Nodes.ResumeStartP50Seconds, res.Nodes.ResumeStartP99Seconds)
 		}
 		if res.Nodes.LifeboatResumed > 0 && res.Nodes.ResumeReadyP99Seconds > 0 {
 			ready = fmt.Sprintf("%.1f / %.1f", res.Nodes.ResumeReadyP50Seconds, res.Nodes.ResumeReadyP99Seconds)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%.0f\t%.4f\t%.4f\t%.0f%% / %.0f%%\n", m, res.Nodes.KarpenterLaunched, res.Nodes.LifeboatResumed,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%.0f\t%.4f\t%.4f\t%.0f%% / %.0f%%\n", m, res.Nodes.KarpenterLaunched, boot, res.Nodes.LifeboatResumed,
 			start, ready, res.Nodes.LifeboatActiveNodeSeconds, res.Cost.LifeboatDollars, res.Cost.OverprovisioningDollars,
 			100*res.Cost.SavingsRateMean, 100*res.Cost.SavingsRateMin)
 	}

@@ -478,3 +478,53 @@ func TestExposureDiffers(t *testing.T) {
 		t.Errorf("ExposureDiffs with equal exposure = %q", got)
 	}
 }
+
+// TestBootLag: Karpenter's simulated boots apart between the modes (the machine lagged in one)
+// give a caution; within max(5 s, 10 %) of each other, or missing in a mode, none. The median
+// is in report.json and the table.
+func TestBootLag(t *testing.T) {
+	run := func(mode string, boots ...time.Duration) *Run {
+		return &Run{Mode: mode, Interval: time.Second, KarpenterBoots: boots,
+			Samples: []Sample{{At: 0, Workloads: map[string]int32{}}}}
+	}
+	s := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
+	for _, tc := range []struct {
+		name               string
+		baseline, lifeboat []time.Duration
+		wantCaution        bool
+	}{
+		{name: "both on time", baseline: []time.Duration{s(58), s(60), s(63)}, lifeboat: []time.Duration{s(57), s(61), s(66)}},
+		{name: "within 10 %", baseline: []time.Duration{s(60)}, lifeboat: []time.Duration{s(65.9)}},
+		{name: "lifeboat mode lagged (session 15's scale run)", baseline: []time.Duration{s(59), s(59.8), s(78.7)}, lifeboat: []time.Duration{s(70), s(78.3), s(98.5)}, wantCaution: true},
+		{name: "baseline lagged", baseline: []time.Duration{s(80)}, lifeboat: []time.Duration{s(60)}, wantCaution: true},
+		{name: "no Karpenter node in one mode", baseline: []time.Duration{s(60)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := New("s", nil, 0, []*Run{run("baseline", tc.baseline...), run("lifeboat", tc.lifeboat...)})
+			var got []string
+			for _, l := range rep.Cautions() {
+				if strings.HasPrefix(l, "CAUTION the simulated kubelets lagged") {
+					got = append(got, l)
+				}
+			}
+			if (len(got) == 1) != tc.wantCaution || len(got) > 1 {
+				t.Fatalf("boot cautions %q, want one: %v", got, tc.wantCaution)
+			}
+		})
+	}
+	rep := New("s", nil, 0, []*Run{run("baseline", s(59), s(59.8), s(78.7)), run("lifeboat", s(70), s(78.3), s(98.5))})
+	want := "CAUTION the simulated kubelets lagged: Karpenter's nodes turned Ready 78.3 s after launch (median) with Lifeboat, 59.8 s with Karpenter alone"
+	if got := rep.Cautions(); len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("Cautions = %q, want one starting %q", got, want)
+	}
+	var b strings.Builder
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"karpenter_boot_p50_seconds": 78.3`) {
+		t.Errorf("report.json lacks karpenter_boot_p50_seconds:\n%s", b.String())
+	}
+	if table := rep.String(); !strings.Contains(table, "NODE BOOT p50 (s)") || !strings.Contains(table, "59.8") {
+		t.Errorf("the table lacks the node boot column:\n%s", table)
+	}
+}
