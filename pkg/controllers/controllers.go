@@ -158,7 +158,9 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 		"nodepool": nodepool.New(c, rec), "telemetry": &pooltelemetry.Controller{Store: store},
 	}
 	if !bo.Off {
-		reconcilers["bridge"] = bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
+		br := bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
+		br.YieldTo(intr)
+		reconcilers["bridge"] = br
 	}
 	if !d.ReclaimBack.Off {
 		// A cluster upgraded without the new CRD (Helm never upgrades crds/) would otherwise

@@ -58,7 +58,24 @@ type Controller struct {
 	grantedAt map[types.UID]time.Time
 	// evicted: namespace/name → UID of the StatefulSet Pods this process moved (evicted).
 	evicted map[string]types.UID
+	// resumes, when set, are the resume decisions in flight: hold writes wait for them
+	// (at most yieldToResumes).
+	resumes ResumesInFlight
 }
+
+// ResumesInFlight is the interruption controller's view of its decisions on their way to
+// StartInstances (interruption.Controller).
+type ResumesInFlight interface {
+	YieldToResumes(ctx context.Context, max time.Duration)
+}
+
+// yieldToResumes bounds how long a node's hold writes wait for resume decisions in flight: a
+// burst decides its nodes within seconds, and a resume's StartInstances must not queue behind
+// another node's dozen hold writes; the holds have the webhook's pending hold (10 s) to land in.
+const yieldToResumes = 250 * time.Millisecond
+
+// YieldTo makes the node reconciles' hold writes wait for the resume decisions in flight.
+func (c *Controller) YieldTo(r ResumesInFlight) { c.resumes = r }
 
 // New returns the controller. live reads the API server: the ready counts that decide a
 // removal must not lag behind the Pods this controller just deleted.
@@ -122,6 +139,9 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	plan := PlanNode(s, c.opts)
+	if c.resumes != nil && len(plan.Hold)+len(plan.Release) > 0 {
+		c.resumes.YieldToResumes(ctx, yieldToResumes)
+	}
 	// The holds and releases are written in parallel: a burst decides many Nodes within
 	// seconds, and every Pod the webhook's pending hold stops covering before its hold is
 	// written may be evicted (at scale, one write after the other took 3–4 s per Node, and

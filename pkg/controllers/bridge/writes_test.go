@@ -131,3 +131,50 @@ func TestSurgeTakeBackConflictRetriesSoon(t *testing.T) {
 		t.Errorf("replicas %d after the retry, want 6", got)
 	}
 }
+
+// resumesInFlight records the waits and which Pods were written before the first.
+type resumesInFlight struct {
+	mu           sync.Mutex
+	waits        []time.Duration
+	writesBefore int
+	writes       *atomic.Int32
+}
+
+func (r *resumesInFlight) YieldToResumes(_ context.Context, max time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.waits) == 0 {
+		r.writesBefore = int(r.writes.Load())
+	}
+	r.waits = append(r.waits, max)
+}
+
+// A node's hold writes wait for the resume decisions in flight first (bounded), and a pass
+// that writes nothing does not wait.
+func TestHoldsYieldToResumes(t *testing.T) {
+	var writes atomic.Int32
+	funcs := interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		if _, ok := obj.(*corev1.Pod); ok {
+			writes.Add(1)
+		}
+		return c.Patch(ctx, obj, patch, opts...)
+	}}
+	h := newHarnessWith(t, funcs,
+		interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", true, "4"),
+		apiDeployment(6, nil), apiReplicaSet(), apiHPA(),
+		appPod("api-a", "spot-1", true, true), appPod("api-b", "spot-1", true, true))
+	r := &resumesInFlight{writes: &writes}
+	h.ctrl.YieldTo(r)
+	h.reconcileNode(t, "spot-1")
+	if len(r.waits) != 1 || r.waits[0] != yieldToResumes || r.writesBefore != 0 {
+		t.Fatalf("waits %v with %d Pod writes before the first, want one wait of %s before any", r.waits, r.writesBefore, yieldToResumes)
+	}
+	if got := writes.Load(); got != 2 {
+		t.Fatalf("%d Pod writes, want the 2 holds", got)
+	}
+	// Both held already: the next pass writes no hold and does not wait.
+	h.reconcileNode(t, "spot-1")
+	if len(r.waits) != 1 {
+		t.Errorf("waits %v after a pass without writes, want still one", r.waits)
+	}
+}

@@ -102,6 +102,13 @@ func New(c client.Client, reader client.Reader, instances cloud.Instances, clk c
 	return ctrl
 }
 
+// YieldToResumes waits until no decision batch of this process is on its way to
+// StartInstances, at most max: writers that can wait a moment (the bridge's holds) keep the
+// API server's queue clear for the resume, whose latency decides how soon the lifeboat is Ready.
+func (c *Controller) YieldToResumes(ctx context.Context, max time.Duration) {
+	c.beforeStart.waitIdle(ctx, max)
+}
+
 // Intake is the intake of the notices this controller decides on (the SQS consumer's handler,
 // the Karpenter-event reconciler).
 func (c *Controller) Intake() *intake.Intake { return c.intake }
