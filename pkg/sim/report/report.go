@@ -171,6 +171,8 @@ type NodeResult struct {
 	// the boot the harness simulates. Above the scenario's karpenterBoot, or apart between the
 	// modes, it shows the machine's lag (Cautions).
 	KarpenterBootP50Seconds float64 `json:"karpenter_boot_p50_seconds,omitempty"`
+	// KarpenterBoots: how many of Karpenter's Nodes the median is over.
+	KarpenterBoots int `json:"karpenter_boots,omitempty"`
 }
 
 // CostResult estimates what each protection costs: for the run's duration, and projected over
@@ -223,7 +225,7 @@ func Summarize(r *Run) *ModeResult {
 	}
 	res.Nodes.ResumeStartP50Seconds, res.Nodes.ResumeStartP99Seconds = quantileSeconds(toStart, 0.5), quantileSeconds(toStart, 0.99)
 	res.Nodes.ResumeReadyP50Seconds, res.Nodes.ResumeReadyP99Seconds = quantileSeconds(toReady, 0.5), quantileSeconds(toReady, 0.99)
-	res.Nodes.KarpenterBootP50Seconds = quantileSeconds(r.KarpenterBoots, 0.5)
+	res.Nodes.KarpenterBootP50Seconds, res.Nodes.KarpenterBoots = quantileSeconds(r.KarpenterBoots, 0.5), len(r.KarpenterBoots)
 	firstNotice, noticed := markerAt(r.Markers, "notice")
 	if !noticed {
 		firstNotice = -1
@@ -467,6 +469,9 @@ func (rep *Report) Cautions() []string {
 const (
 	bootLagSlack = 5
 	bootLagRatio = 0.1
+	// bootLagMinNodes: fewer new nodes in a mode and the median is the scenario's jitter
+	// (karpenterBoot ± jitter per node), not a lag.
+	bootLagMinNodes = 10
 )
 
 // bootLag is a caution when Karpenter's Nodes took clearly longer to turn Ready in one mode than
@@ -479,10 +484,11 @@ func (rep *Report) bootLag() string {
 		return ""
 	}
 	bb, lb := b.Nodes.KarpenterBootP50Seconds, l.Nodes.KarpenterBootP50Seconds
-	if bb <= 0 || lb <= 0 || math.Abs(lb-bb) <= max(bootLagSlack, bootLagRatio*bb) {
+	if bb <= 0 || lb <= 0 || b.Nodes.KarpenterBoots < bootLagMinNodes || l.Nodes.KarpenterBoots < bootLagMinNodes ||
+		math.Abs(lb-bb) <= max(bootLagSlack, bootLagRatio*bb) {
 		return ""
 	}
-	return fmt.Sprintf("CAUTION the simulated kubelets lagged: Karpenter's nodes turned Ready %s s after launch (median) with Lifeboat, %s s with Karpenter alone — the same simulated boot, so the gap is this machine's; recovery and replica-seconds of workloads waiting for new nodes are not like for like (run the modes with --parallel to share the load)",
+	return fmt.Sprintf("CAUTION the simulated kubelets lagged: Karpenter's nodes turned Ready %s s after launch (median) with Lifeboat, %s s with Karpenter alone — the same simulated boot, so the gap is this machine's; recovery and replica-seconds of workloads waiting for new nodes are not like for like",
 		strconv.FormatFloat(lb, 'f', 1, 64), strconv.FormatFloat(bb, 'f', 1, 64))
 }
 

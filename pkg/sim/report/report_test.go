@@ -488,16 +488,25 @@ func TestBootLag(t *testing.T) {
 			Samples: []Sample{{At: 0, Workloads: map[string]int32{}}}}
 	}
 	s := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
+	// many repeats the boots to bootLagMinNodes or more.
+	many := func(ds ...time.Duration) []time.Duration {
+		var out []time.Duration
+		for len(out) < bootLagMinNodes {
+			out = append(out, ds...)
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name               string
 		baseline, lifeboat []time.Duration
 		wantCaution        bool
 	}{
-		{name: "both on time", baseline: []time.Duration{s(58), s(60), s(63)}, lifeboat: []time.Duration{s(57), s(61), s(66)}},
-		{name: "within 10 %", baseline: []time.Duration{s(60)}, lifeboat: []time.Duration{s(65.9)}},
-		{name: "lifeboat mode lagged (session 15's scale run)", baseline: []time.Duration{s(59), s(59.8), s(78.7)}, lifeboat: []time.Duration{s(70), s(78.3), s(98.5)}, wantCaution: true},
-		{name: "baseline lagged", baseline: []time.Duration{s(80)}, lifeboat: []time.Duration{s(60)}, wantCaution: true},
-		{name: "no Karpenter node in one mode", baseline: []time.Duration{s(60)}},
+		{name: "both on time", baseline: many(s(58), s(60), s(63)), lifeboat: many(s(57), s(61), s(66))},
+		{name: "within 10 %", baseline: many(s(60)), lifeboat: many(s(65.9))},
+		{name: "lifeboat mode lagged (session 15's scale run)", baseline: many(s(59), s(59.8), s(78.7)), lifeboat: many(s(70), s(78.3), s(98.5)), wantCaution: true},
+		{name: "baseline lagged", baseline: many(s(80)), lifeboat: many(s(60)), wantCaution: true},
+		{name: "too few nodes for a median (make demo seed 7: 2 and 5 nodes)", baseline: []time.Duration{s(60), s(68), s(75), s(52), s(70)}, lifeboat: []time.Duration{s(49), s(57)}},
+		{name: "no Karpenter node in one mode", baseline: many(s(60))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := New("s", nil, 0, []*Run{run("baseline", tc.baseline...), run("lifeboat", tc.lifeboat...)})
@@ -512,7 +521,7 @@ func TestBootLag(t *testing.T) {
 			}
 		})
 	}
-	rep := New("s", nil, 0, []*Run{run("baseline", s(59), s(59.8), s(78.7)), run("lifeboat", s(70), s(78.3), s(98.5))})
+	rep := New("s", nil, 0, []*Run{run("baseline", many(s(59), s(59.8), s(78.7))...), run("lifeboat", many(s(70), s(78.3), s(98.5))...)})
 	want := "CAUTION the simulated kubelets lagged: Karpenter's nodes turned Ready 78.3 s after launch (median) with Lifeboat, 59.8 s with Karpenter alone"
 	if got := rep.Cautions(); len(got) != 1 || !strings.HasPrefix(got[0], want) {
 		t.Errorf("Cautions = %q, want one starting %q", got, want)
