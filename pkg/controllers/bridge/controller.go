@@ -586,7 +586,7 @@ func (c *Controller) ReconcileSurge(ctx context.Context, req reconcile.Request) 
 		delete(s.Nodes, step.Remove)
 	}
 	if err := c.finishSurge(ctx, d, s, back); err != nil {
-		if onlyConflicts([]error{err}) {
+		if apierrors.IsConflict(err) {
 			// The node reconciles surge the same Deployment: the cached copy was behind.
 			logger.V(1).Info("Retrying after a write conflict", "err", err)
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
