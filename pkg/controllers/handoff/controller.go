@@ -20,7 +20,11 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -67,7 +71,12 @@ var serving = []v1alpha1.NodeState{v1alpha1.NodeStateActive, v1alpha1.NodeStateD
 
 // Register adds the controller.
 func (c *Controller) Register(mgr ctrl.Manager) error {
-	return nodeutil.RegisterForPoolNodes(mgr, "handoff", 4, c, serving...)
+	inStates := predicate.NewPredicateFuncs(func(o client.Object) bool { return nodeutil.InPoolState(o, serving...) })
+	return ctrl.NewControllerManagedBy(mgr).Named("handoff").
+		For(&corev1.Node{}, builder.WithPredicates(inStates)).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(surgedNode)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(c)
 }
 
 // Reconcile moves one lifeboat node through its handoff.
@@ -76,10 +85,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	ctx = klog.NewContext(ctx, log)
 	n := &corev1.Node{}
 	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, c.endOrphanSurges(ctx, req.Name)
+		}
+		return reconcile.Result{}, err
 	}
 	if !nodeutil.InPoolState(n, serving...) {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, c.endOrphanSurges(ctx, n.Name)
 	}
 	pool := &v1alpha1.WarmPool{}
 	if err := c.client.Get(ctx, types.NamespacedName{Name: nodeutil.Pool(n)}, pool); err != nil {
@@ -284,7 +296,9 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 	}
 	groups := GroupPods(pods, rsToDeploy)
 	if len(pods) == 0 {
-		return reconcile.Result{}, nil // empty: the recycle controller takes it from here
+		// Empty: the recycle controller takes it from here. A surge still on record lost its
+		// lifeboat Pods another way.
+		return reconcile.Result{}, c.endOrphanSurges(ctx, n.Name)
 	}
 	deadline := since.Add(durationOr(pool.Spec.HandoffDeadline, 15*time.Minute))
 	if now.After(deadline) {

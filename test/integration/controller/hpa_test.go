@@ -165,3 +165,95 @@ func TestHandoffWithHPA(t *testing.T) {
 			ptr.Deref(d.Spec.Replicas, -1), d.Annotations, ptr.Deref(h.Spec.MinReplicas, -1), h.Spec.MaxReplicas, h.Annotations, h.Status.CurrentReplicas, r)
 	})
 }
+
+// TestHandoffSurgeTakenBackAfterForeignDrain: another drainer (kubectl drain
+// --disable-eviction, a node-problem remediation) deletes the lifeboat's Pods while the
+// handoff's surge waits for its replacements. Nothing is left for the surge to move: Lifeboat
+// takes it back — the Deployment returns to its own replicas and the HPA to its own bounds —
+// instead of leaving both raised for good (and every later handoff of the Deployment waiting
+// behind the stale record).
+func TestHandoffSurgeTakenBackAfterForeignDrain(t *testing.T) {
+	e := newEnvWith(t, localcluster.Options{KWOK: true, ControllerManager: true, Scheduler: true})
+	ctx := context.Background()
+	e.emu.SetFaults(awsemuNoFaults())
+	// The replacement capacity is not there yet: the surge's Pods stay Pending.
+	od := kwokNode("od-1", map[string]string{v1alpha1.LabelCapacityType: "on-demand", v1alpha1.LabelInstanceType: "m5.2xlarge", v1alpha1.LabelZone: "us-east-1b"}, "8", "aws:///us-east-1b/i-00000000000000b01")
+	od.Spec.Unschedulable = true
+	if _, err := e.cluster.CreateKWOKNode(ctx, od); err != nil {
+		t.Fatal(err)
+	}
+	boat := e.oneActiveLifeboat(ctx, func(wp *v1alpha1.WarmPool) {
+		wp.Spec.HandoffDeadline = &metav1.Duration{Duration: 10 * time.Minute}
+	})
+	dep := lifeboatDeployment("api", 2)
+	if err := e.client.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "api"},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "api"},
+			MinReplicas:    ptr.To[int32](1), MaxReplicas: 2,
+		},
+	}
+	if err := e.client.Create(ctx, hpa); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("api 2 Ready on the lifeboat", 30*time.Second, func(ctx context.Context) (bool, string) {
+		r, p := e.readyPods(ctx, "api")
+		return r == 2 && p == 2, fmt.Sprintf("ready %d, on the pool %d", r, p)
+	})
+	e.waitFor("the handoff surge of api (replicas and HPA raised to 4)", 90*time.Second, func(ctx context.Context) (bool, string) {
+		d := &appsv1.Deployment{}
+		h := &autoscalingv2.HorizontalPodAutoscaler{}
+		if err := e.client.Get(ctx, client.ObjectKeyFromObject(dep), d); err != nil {
+			return false, err.Error()
+		}
+		if err := e.client.Get(ctx, client.ObjectKeyFromObject(hpa), h); err != nil {
+			return false, err.Error()
+		}
+		return handoff.HandoffSurgeNode(d) == boat && ptr.Deref(d.Spec.Replicas, -1) == 4 && ptr.Deref(h.Spec.MinReplicas, -1) == 4,
+			fmt.Sprintf("replicas %d annotations %v; HPA min %d max %d", ptr.Deref(d.Spec.Replicas, -1), d.Annotations, ptr.Deref(h.Spec.MinReplicas, -1), h.Spec.MaxReplicas)
+	})
+
+	// The foreign drain: the lifeboat's api Pods deleted outright.
+	pods := &corev1.PodList{}
+	if err := e.client.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"app": "api"}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Spec.NodeName == boat {
+			if err := e.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			deleted++
+		}
+	}
+	if deleted != 2 {
+		t.Fatalf("deleted %d api Pods on %s, want 2", deleted, boat)
+	}
+	e.waitFor("the orphaned surge taken back: api at 2 replicas, the HPA at its own bounds", 60*time.Second, func(ctx context.Context) (bool, string) {
+		d := &appsv1.Deployment{}
+		h := &autoscalingv2.HorizontalPodAutoscaler{}
+		if err := e.client.Get(ctx, client.ObjectKeyFromObject(dep), d); err != nil {
+			return false, err.Error()
+		}
+		if err := e.client.Get(ctx, client.ObjectKeyFromObject(hpa), h); err != nil {
+			return false, err.Error()
+		}
+		ok := ptr.Deref(d.Spec.Replicas, -1) == 2 && d.Annotations[v1alpha1.AnnotationHandoffSurge] == "" &&
+			ptr.Deref(h.Spec.MinReplicas, -1) == 1 && h.Spec.MaxReplicas == 2 &&
+			h.Annotations[v1alpha1.AnnotationHandoffHPAMin] == "" && h.Annotations[handoff.AnnotationHandoffHPAMax] == ""
+		return ok, fmt.Sprintf("deployment replicas %d annotations %v; HPA min %d max %d annotations %v",
+			ptr.Deref(d.Spec.Replicas, -1), d.Annotations, ptr.Deref(h.Spec.MinReplicas, -1), h.Spec.MaxReplicas, h.Annotations)
+	})
+	// The capacity arrives: api runs its own 2 replicas there.
+	if _, err := e.cluster.Client().CoreV1().Nodes().Patch(ctx, "od-1", types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("api 2 Ready on od-1", 60*time.Second, func(ctx context.Context) (bool, string) {
+		r, p := e.readyPods(ctx, "api")
+		return r == 2 && p == 0, fmt.Sprintf("ready %d, on the pool %d", r, p)
+	})
+}
