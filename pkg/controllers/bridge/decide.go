@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -244,7 +245,7 @@ func seatsFor(pods []*corev1.Pod, free []corev1.ResourceList) map[types.UID]bool
 	}
 	out := map[types.UID]bool{}
 	for _, p := range largestFirst(pods) {
-		if take(left, nodeutil.PodRequests(p)) {
+		if take(left, seatRequest(p)) {
 			out[p.UID] = true
 		}
 	}
@@ -277,16 +278,29 @@ func take(free []corev1.ResourceList, req corev1.ResourceList) bool {
 	return false
 }
 
+// seatRequest is what p takes of a lifeboat: its requests and one of the node's Pod slots (a
+// lifeboat full of small Pods runs out of its maxPods before its CPU).
+func seatRequest(p *corev1.Pod) corev1.ResourceList {
+	req := nodeutil.PodRequests(p)
+	req[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
+	return req
+}
+
+// subtract takes req from what a node has left; a resource the node does not report (a Pod
+// slot count missing from allocatable) is not tracked.
 func subtract(from, req corev1.ResourceList) {
 	for name, q := range req {
-		left := from[name]
+		left, ok := from[name]
+		if !ok {
+			continue
+		}
 		left.Sub(q)
 		from[name] = left
 	}
 }
 
 // FreeSeats is what the active lifeboats can still take for new holds: each one's allocatable
-// less the requests of the Pods bound to it (bound: lifeboat name → its non-terminal Pods),
+// less the requests (and Pod slots, seatRequest) of the Pods bound to it (bound: lifeboat name → its non-terminal Pods),
 // less the held Pods of every interrupted node whose replacement is not bound to a lifeboat
 // yet, less the protected Pods waiting for a node that are no held Pod's replacement
 // (pending: evicted Job Pods, say). A held Deployment Pod and its replacement (a surge Pod)
@@ -312,7 +326,7 @@ func FreeSeats(lifeboats []*corev1.Node, bound map[string][]*corev1.Pod, held, p
 	for i, n := range lifeboats {
 		free[i] = n.Status.Allocatable.DeepCopy()
 		for _, p := range bound[n.Name] {
-			subtract(free[i], nodeutil.PodRequests(p))
+			subtract(free[i], seatRequest(p))
 			if k := ownerKey(p); replicaSetOwned(p) && !p.CreationTimestamp.Time.Before(since[k]) {
 				surged[k]++
 			}
@@ -331,7 +345,7 @@ func FreeSeats(lifeboats []*corev1.Node, bound map[string][]*corev1.Pod, held, p
 		}
 	}
 	for _, p := range largestFirst(demand) {
-		take(free, nodeutil.PodRequests(p)) // what does not fit takes nothing
+		take(free, seatRequest(p)) // what does not fit takes nothing
 	}
 	return free
 }
@@ -352,7 +366,8 @@ func fits(req, free corev1.ResourceList) bool {
 	for name, q := range req {
 		left, ok := free[name]
 		if !ok {
-			if q.IsZero() {
+			// A node that reports no Pod slot count has no limit we know of.
+			if q.IsZero() || name == corev1.ResourcePods {
 				continue
 			}
 			return false

@@ -676,3 +676,33 @@ func TestFreeSeatsStatefulSetMove(t *testing.T) {
 		t.Errorf("BUG: db-0 moved onto lb-1, db-1 held: free CPU %s, want 2 (db-1 still needs a seat for its move)", got)
 	}
 }
+
+// A lifeboat runs out of Pod slots (maxPods) before CPU when the Pods are small: seats count
+// slots too, and a node that reports no slot count is not limited by it.
+func TestSeatsCountPodSlots(t *testing.T) {
+	small := func(name, node string) *corev1.Pod {
+		p := tpod{name: name, owner: "api-1", kind: "ReplicaSet", cpu: "100m", mem: "128Mi"}.build()
+		p.Spec.NodeName = node
+		return p
+	}
+	slots := buildtest.Node("lb-1", buildtest.Pool("pool", v1alpha1.NodeStateActive), buildtest.Allocatable("16", "64Gi", "3"), buildtest.Ready(true))
+	bound := map[string][]*corev1.Pod{"lb-1": {small("ds", "lb-1"), small("other", "lb-1")}}
+	free := FreeSeats([]*corev1.Node{slots}, bound, nil, nil)
+	if got := free[0][corev1.ResourcePods]; got.Value() != 1 {
+		t.Fatalf("pods left on a 3-slot lifeboat with 2 bound: %s, want 1", got.String())
+	}
+	seated := seatsFor([]*corev1.Pod{small("h1", "spot-1"), small("h2", "spot-1")}, free)
+	if len(seated) != 1 {
+		t.Errorf("seats for 2 small Pods with 1 slot left: %d, want 1 (the other is released at once)", len(seated))
+	}
+
+	noSlots := slots.DeepCopy()
+	delete(noSlots.Status.Allocatable, corev1.ResourcePods)
+	free = FreeSeats([]*corev1.Node{noSlots}, bound, nil, nil)
+	if _, tracked := free[0][corev1.ResourcePods]; tracked {
+		t.Errorf("a lifeboat without a slot count got one: %v", free[0])
+	}
+	if seated := seatsFor([]*corev1.Pod{small("h1", "spot-1"), small("h2", "spot-1")}, free); len(seated) != 2 {
+		t.Errorf("seats on a lifeboat without a slot count: %d, want 2", len(seated))
+	}
+}
