@@ -34,13 +34,16 @@ import (
 //     or at AnnotationReadyAt if that is later (set it to model a resume delay);
 //   - a Pod on a KWOK Node becomes Running/Ready at AnnotationStartAt, which the delay
 //     controller writes when the Pod is bound, from the first PodStartDelays rule that matches
-//     the Node's labels (image pull + app start), never before its Node is Ready;
+//     the Node's labels (image pull + app start), never before its Node is Ready; a rule with
+//     ImagesCached matches only a Pod whose every image is already on its Node (pulled by an
+//     earlier Pod, whose pull the later one waits out as a kubelet does, or listed in
+//     node.status.images, as the warm pool's pre-pull leaves them);
 //   - Job Pods complete AnnotationRunFor after they started (default at once, as KWOK does);
 //   - a deleted Pod turns Failed at once (a kubelet puts a deleted Pod in a terminal phase
 //     before it goes: the Job controller, whose podFailurePolicy implies
 //     podReplacementPolicy Failed, replaces it only then) and is removed;
-//   - a Node lists the images of the Pods bound to it in node.status.images, as a kubelet
-//     reports the images it pulled.
+//   - a Node lists the images of the Pods bound to it — containers, init containers and image
+//     volumes — in node.status.images, as a kubelet reports the images it pulled.
 //
 // The names are package kwoknode's (shared with the AWS emulator).
 const (
@@ -59,12 +62,18 @@ const (
 // uniformly over Delay ± Jitter, deterministically per object name and DelaySeed.
 type DelayRule struct {
 	Selector map[string]string
-	Delay    time.Duration
-	Jitter   time.Duration
+	// ImagesCached (PodStartDelays only): the rule matches only a Pod whose images are all on
+	// its Node already — a start without a pull.
+	ImagesCached bool
+	Delay        time.Duration
+	Jitter       time.Duration
 }
 
-func matchDelay(rules []DelayRule, nodeLabels map[string]string, seed int64, name string) time.Duration {
+func matchDelay(rules []DelayRule, nodeLabels map[string]string, cached bool, seed int64, name string) time.Duration {
 	for _, r := range rules {
+		if r.ImagesCached && !cached {
+			continue
+		}
 		if labels.SelectorFromSet(r.Selector).Matches(labels.Set(nodeLabels)) {
 			return r.Delay + jitter(r.Jitter, seed, name)
 		}
@@ -443,6 +452,9 @@ type delayController struct {
 	podRules  []DelayRule
 	seed      int64
 	nodes     cache.Indexer
+	// pulls is when each image is on each Node ("node\x00image"): the start of the first Pod
+	// that pulled it there. Only the Pod goroutine uses it.
+	pulls map[string]time.Time
 }
 
 func (d *delayController) run(ctx context.Context) error {
@@ -533,7 +545,7 @@ func (d *delayController) annotateNode(ctx context.Context, name string) error {
 	if n.Annotations[AnnotationReadyAt] != "" {
 		return nil
 	}
-	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, d.seed, n.Name))
+	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, false, d.seed, n.Name))
 	return patchAnnotation(ctx, d.client.CoreV1().Nodes().Patch, "", name, AnnotationReadyAt, readyAt)
 }
 
@@ -548,26 +560,28 @@ func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedN
 	if pod.Annotations[AnnotationStartAt] != "" || pod.Spec.NodeName == "" {
 		return nil
 	}
-	var nodeLabels map[string]string
-	var nodeReadyAt string
-	if obj, ok, _ := d.nodes.GetByKey(pod.Spec.NodeName); ok {
-		n := obj.(*corev1.Node)
-		if n.Annotations[KWOKAnnotation] != KWOKAnnotationValue {
-			return nil // not a KWOK node: nobody will start this Pod
-		}
-		nodeLabels = n.Labels
-		nodeReadyAt = n.Annotations[AnnotationReadyAt]
-		if nodeReadyAt == "" && n.Labels[LabelPower] != PowerOff && NodeReadyStatus(n) != corev1.ConditionTrue {
-			return fmt.Errorf("node %s has no boot time yet", n.Name)
-		}
-	} else {
+	obj, ok, _ := d.nodes.GetByKey(pod.Spec.NodeName)
+	if !ok {
 		return fmt.Errorf("node %s of pod %s not in cache yet", pod.Spec.NodeName, key)
 	}
-	startAt := time.Now().Add(matchDelay(d.podRules, nodeLabels, d.seed, key.Name))
-	// A container cannot start before its node has booted.
-	if ready, err := time.Parse(time.RFC3339Nano, nodeReadyAt); err == nil && ready.After(time.Now()) {
-		startAt = ready.Add(matchDelay(d.podRules, nodeLabels, d.seed, key.Name))
+	n := obj.(*corev1.Node)
+	if n.Annotations[KWOKAnnotation] != KWOKAnnotationValue {
+		return nil // not a KWOK node: nobody will start this Pod
 	}
+	nodeReadyAt := n.Annotations[AnnotationReadyAt]
+	if nodeReadyAt == "" && n.Labels[LabelPower] != PowerOff && NodeReadyStatus(n) != corev1.ConditionTrue {
+		return fmt.Errorf("node %s has no boot time yet", n.Name)
+	}
+	// A container cannot start before its node has booted.
+	from := time.Now()
+	if ready, err := time.Parse(time.RFC3339Nano, nodeReadyAt); err == nil && ready.After(from) {
+		from = ready
+	}
+	if d.pulls == nil {
+		d.pulls = map[string]time.Time{}
+	}
+	images := PodImages(pod)
+	startAt := startTime(d.podRules, n, images, d.pulls, from, d.seed, key.Name)
 	err = patchAnnotation(ctx, d.client.CoreV1().Pods(key.Namespace).Patch, key.Namespace, key.Name, AnnotationStartAt, startAt)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -575,6 +589,7 @@ func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedN
 	if err != nil {
 		return err
 	}
+	recordPulls(d.pulls, n, images, startAt)
 	return d.reportImages(ctx, pod)
 }
 
@@ -587,18 +602,13 @@ func (d *delayController) reportImages(ctx context.Context, pod *corev1.Pod) err
 		return err
 	}
 	n := obj.(*corev1.Node)
-	have := map[string]bool{}
+	have := nodeImages(n)
 	images := append([]corev1.ContainerImage(nil), n.Status.Images...)
-	for _, img := range images {
-		for _, name := range img.Names {
-			have[name] = true
-		}
-	}
 	added := false
-	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		if c.Image != "" && !have[c.Image] {
-			have[c.Image] = true
-			images = append(images, corev1.ContainerImage{Names: []string{c.Image}, SizeBytes: 50 << 20})
+	for _, img := range PodImages(pod) {
+		if !have[img] {
+			have[img] = true
+			images = append(images, corev1.ContainerImage{Names: []string{img}, SizeBytes: 50 << 20})
 			added = true
 		}
 	}
@@ -614,6 +624,77 @@ func (d *delayController) reportImages(ctx context.Context, pod *corev1.Pod) err
 		return nil
 	}
 	return err
+}
+
+// PodImages are the images a kubelet pulls for a Pod: its init containers', its containers' and
+// its image volumes' (each once, in that order).
+func PodImages(pod *corev1.Pod) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(img string) {
+		if img != "" && !seen[img] {
+			seen[img] = true
+			out = append(out, img)
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		add(c.Image)
+	}
+	for _, c := range pod.Spec.Containers {
+		add(c.Image)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			add(v.Image.Reference)
+		}
+	}
+	return out
+}
+
+func nodeImages(n *corev1.Node) map[string]bool {
+	have := map[string]bool{}
+	for _, img := range n.Status.Images {
+		for _, name := range img.Names {
+			have[name] = true
+		}
+	}
+	return have
+}
+
+// startTime is when a Pod bound to Node n with images starts: from (now, or the Node's boot
+// if later) plus the first matching rule's delay. Its images are cached when each is on the
+// Node: listed in node.status.images, or pulled by an earlier Pod (pulls: when that pull
+// ends) — then the Pod also waits for the latest of those pulls, as a kubelet shares one pull
+// among the Pods that need the image.
+func startTime(rules []DelayRule, n *corev1.Node, images []string, pulls map[string]time.Time, from time.Time, seed int64, name string) time.Time {
+	listed := nodeImages(n)
+	cached, pulledAt := true, time.Time{}
+	for _, img := range images {
+		at, pulling := pulls[n.Name+"\x00"+img]
+		switch {
+		case pulling:
+			if at.After(pulledAt) {
+				pulledAt = at
+			}
+		case !listed[img]:
+			cached = false
+		}
+	}
+	if cached && pulledAt.After(from) {
+		from = pulledAt
+	}
+	return from.Add(matchDelay(rules, n.Labels, cached, seed, name))
+}
+
+// recordPulls notes that a Pod starting at startAt on Node n brings its images there: those
+// not there yet arrive then.
+func recordPulls(pulls map[string]time.Time, n *corev1.Node, images []string, startAt time.Time) {
+	listed := nodeImages(n)
+	for _, img := range images {
+		if _, ok := pulls[n.Name+"\x00"+img]; !ok && !listed[img] {
+			pulls[n.Name+"\x00"+img] = startAt
+		}
+	}
 }
 
 type patchFunc[T any] func(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)

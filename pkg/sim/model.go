@@ -93,8 +93,9 @@ func nodePrice(s *scenario.Scenario) func(n *corev1.Node) (now, onDemand float64
 }
 
 // clusterOptions derives the local control plane's timing model from the scenario: Karpenter
-// nodes boot in karpenterBoot and pull images cold; pool nodes resume in lifeboatResume (the
-// AWS emulator applies that delay) and start Pods from cached images.
+// nodes boot in karpenterBoot; pool nodes resume in lifeboatResume (the AWS emulator applies
+// that delay). Pods start from cached images on pool nodes and on any node an earlier Pod
+// brought their images to, and pull them cold elsewhere.
 func clusterOptions(s *scenario.Scenario) localcluster.Options {
 	t := s.Timing
 	return localcluster.Options{
@@ -109,6 +110,9 @@ func clusterOptions(s *scenario.Scenario) localcluster.Options {
 		},
 		PodStartDelays: []localcluster.DelayRule{
 			{Selector: map[string]string{v1alpha1.LabelPool: WarmPoolName}, Delay: t.ImagePullCached.Mean.Duration + t.AppStart.Mean.Duration,
+				Jitter: t.ImagePullCached.Jitter.Duration + t.AppStart.Jitter.Duration},
+			// Any node that has the Pod's images: an earlier replica (or a handoff seat) pulled them.
+			{ImagesCached: true, Delay: t.ImagePullCached.Mean.Duration + t.AppStart.Mean.Duration,
 				Jitter: t.ImagePullCached.Jitter.Duration + t.AppStart.Jitter.Duration},
 			{Selector: map[string]string{}, Delay: t.ImagePullCold.Mean.Duration + t.AppStart.Mean.Duration,
 				Jitter: t.ImagePullCold.Jitter.Duration + t.AppStart.Jitter.Duration},

@@ -92,7 +92,8 @@ type Timing struct {
 	KarpenterBoot Dist `yaml:"karpenterBoot"`
 	// LifeboatResume: StartInstances → Node Ready for a hibernated node (docs/FACTS.md: ~20 s).
 	LifeboatResume Dist `yaml:"lifeboatResume"`
-	// ImagePullCold on a fresh node; ImagePullCached on a pre-warmed one.
+	// ImagePullCold on a node without the Pod's images; ImagePullCached on a pre-warmed one or
+	// any node an earlier Pod brought them to.
 	ImagePullCold   Dist `yaml:"imagePullCold"`
 	ImagePullCached Dist `yaml:"imagePullCached"`
 	// AppStart: container start → Ready.
