@@ -72,9 +72,11 @@ type Deps struct {
 	// Namespace of Lifeboat (pre-pull Pods, telemetry). Default lifeboat-system.
 	Namespace       string
 	TelemetryWindow time.Duration
-	// SeatImage runs in the handoff's seats; "" is handoff.DefaultSeatImage.
-	SeatImage string
-	WarmPool  warmpool.Options
+	// SeatImage runs in the handoff's seats; "" is handoff.DefaultSeatImage. SeatPrePullOff:
+	// seats do not pull the Pods' images.
+	SeatImage      string
+	SeatPrePullOff bool
+	WarmPool       warmpool.Options
 	// Bridge bounds the eviction holds; zero fields take bridge.DefaultOptions.
 	Bridge bridge.Options
 	// ActiveRestartAfter, HandoffPoll and GCPeriod override those controllers' periods
@@ -142,6 +144,7 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	if d.SeatImage != "" {
 		ho.SeatImage = d.SeatImage
 	}
+	ho.SeatPrePullOff = d.SeatPrePullOff
 	if d.HandoffPoll > 0 {
 		ho.Poll = d.HandoffPoll
 	}

@@ -37,6 +37,9 @@ type Placement struct {
 	PodClass *PriorityClass
 	// LifeboatActive: a lifeboat node is active now (Config.SchedulerRouting).
 	LifeboatActive bool
+	// SeatHost is the kubernetes.io/hostname of the node where the handoff kept a seat for the
+	// Pod's previous incarnation (SeatRecord): "" for none.
+	SeatHost string
 }
 
 // ApplyPlacement rewrites a protected Pod for its tier (docs/ARCHITECTURE.md "Tiers"). It only adds to what
@@ -53,6 +56,7 @@ func (c Config) ApplyPlacement(pod *corev1.Pod, p Placement) []string {
 	pod.Labels[v1alpha1.LabelTier] = string(p.Tier)
 
 	applyCapacityAffinity(pod, p.Tier)
+	preferSeatNode(pod, p.SeatHost)
 	if p.Tier != v1alpha1.TierCritical {
 		addToleration(pod, corev1.Toleration{Key: c.SpotTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	}

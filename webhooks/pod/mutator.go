@@ -109,10 +109,15 @@ func (m *Mutator) mutate(ctx context.Context, namespace string, pod *corev1.Pod)
 			logger.Error(err, "Leaving the Pod on the default scheduler")
 		}
 	}
+	// A Pod re-created under the name of one a lifeboat's handoff evicted (a StatefulSet's)
+	// prefers the node its seat held room on: that node pulled its images.
+	if placement.SeatHost, err = m.Cluster.SeatHost(ctx, namespace, pod.Name); err != nil {
+		logger.Error(err, "Placing the Pod without its seat's node")
+	}
 	mutated := pod.DeepCopy()
 	notes := m.Config.ApplyPlacement(mutated, placement)
 	patch := Patch(pod, mutated)
-	logger.V(3).Info("Protecting Pod", "workload", workload.String(), "tier", d.Tier, "reason", d.Reason, "lifeboatActive", placement.LifeboatActive, "operations", len(patch))
+	logger.V(3).Info("Protecting Pod", "workload", workload.String(), "tier", d.Tier, "reason", d.Reason, "lifeboatActive", placement.LifeboatActive, "seatHost", placement.SeatHost, "operations", len(patch))
 	warnings := append(d.Warnings, notes...)
 	if len(patch) == 0 {
 		return admission.Allowed("already protected").WithWarnings(warnings...), nil

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
@@ -113,6 +114,64 @@ func TestMutatorSchedulerRouting(t *testing.T) {
 			got := apply(t, req, resp)
 			if got.Spec.SchedulerName != tt.want {
 				t.Errorf("schedulerName %q, want %q", got.Spec.SchedulerName, tt.want)
+			}
+			if got.Labels[v1alpha1.LabelProtected] != "true" {
+				t.Errorf("not protected: %v", got.Labels)
+			}
+		})
+	}
+}
+
+func TestMutatorPrefersSeatNode(t *testing.T) {
+	now := time.Now()
+	rec := func(entries map[string]policy.SeatEntry) string { return policy.SeatRecord(entries).String() }
+	withSeats := func(name string, st v1alpha1.NodeState, record string) *corev1.Node {
+		n := fixture.PoolNode(name, st)
+		n.Annotations = map[string]string{v1alpha1.AnnotationSeats: record}
+		return n
+	}
+	key := fixture.Namespace + "/web-0"
+	fresh := func(host string) policy.SeatEntry {
+		return policy.SeatEntry{Host: host, At: now.Add(-30 * time.Second)}
+	}
+	tests := []struct {
+		name  string
+		nodes []client.Object
+		want  string // the preferred hostname, "" for none
+	}{
+		{"no lifeboat", nil, ""},
+		{"a draining lifeboat kept its seat on host-1", []client.Object{withSeats("lb-1", v1alpha1.NodeStateDraining, rec(map[string]policy.SeatEntry{key: fresh("host-1")}))}, "host-1"},
+		{"another Pod's seat", []client.Object{withSeats("lb-1", v1alpha1.NodeStateDraining, rec(map[string]policy.SeatEntry{fixture.Namespace + "/web-1": fresh("host-1")}))}, ""},
+		{"the lifeboat was emptied and recycled before the replacement came", []client.Object{withSeats("lb-1", v1alpha1.NodeStateWarming, rec(map[string]policy.SeatEntry{key: fresh("host-1")}))}, "host-1"},
+		{"a past handoff's entry", []client.Object{withSeats("lb-1", v1alpha1.NodeStateStandby, rec(map[string]policy.SeatEntry{key: {Host: "host-1", At: now.Add(-policy.SeatRecordTTL - time.Minute)}}))}, ""},
+		{"a malformed record is skipped", []client.Object{withSeats("lb-1", v1alpha1.NodeStateDraining, `{oops`), withSeats("lb-2", v1alpha1.NodeStateDraining, rec(map[string]policy.SeatEntry{key: fresh("host-2")}))}, "host-2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cluster := fixture.Cluster(tt.nodes...)
+			cluster.Now = func() time.Time { return now }
+			m := &Mutator{Config: policy.DefaultConfig(), Cluster: cluster}
+			pod := fixture.WebPod()
+			pod.Name, pod.GenerateName = "web-0", ""
+			req := fixture.PodRequest(pod)
+			resp := m.Handle(context.Background(), req)
+			if !resp.Allowed || len(resp.Patches) == 0 {
+				t.Fatalf("want a patch, got %+v", resp)
+			}
+			got := apply(t, req, resp)
+			var hosts []string
+			for _, term := range got.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+				for _, e := range term.Preference.MatchExpressions {
+					if e.Key == corev1.LabelHostname {
+						hosts = append(hosts, e.Values...)
+					}
+				}
+			}
+			switch {
+			case tt.want == "" && len(hosts) != 0:
+				t.Errorf("preferred hosts %v, want none", hosts)
+			case tt.want != "" && (len(hosts) != 1 || hosts[0] != tt.want):
+				t.Errorf("preferred hosts %v, want [%s]", hosts, tt.want)
 			}
 			if got.Labels[v1alpha1.LabelProtected] != "true" {
 				t.Errorf("not protected: %v", got.Labels)

@@ -136,19 +136,16 @@ func Run(ctx context.Context, o *Options) error {
 
 	// Register the informers before the manager starts so that they sync at startup, not on the
 	// first admission request.
-	watched := append(state.MetadataObjects(), state.PodMetadataObject(), &policyv1.PodDisruptionBudget{}, &schedulingv1.PriorityClass{})
-	if cfg.NeedsLifeboatState() {
-		watched = append(watched, state.PoolNodeMetadataObject())
-	}
+	// The warm pools' Nodes: is a lifeboat active (scheduler routing), where were the seats of
+	// the Pods a lifeboat's handoff evicts.
+	watched := append(state.MetadataObjects(), state.PodMetadataObject(), &policyv1.PodDisruptionBudget{}, &schedulingv1.PriorityClass{},
+		state.PoolNodeMetadataObject())
 	for _, obj := range watched {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
-	cluster := &state.Cluster{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), PodMetadata: mgr.GetCache()}
-	if cfg.NeedsLifeboatState() {
-		cluster.PoolNodes = mgr.GetCache()
-	}
+	cluster := &state.Cluster{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), PodMetadata: mgr.GetCache(), PoolNodes: mgr.GetCache()}
 	for path, h := range Handlers(cfg, cluster, o.RequestTimeout) {
 		mgr.GetWebhookServer().Register(path, h)
 	}

@@ -6,6 +6,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -89,6 +90,8 @@ type Cluster struct {
 	// PoolNodes caches the warm pools' Nodes' metadata (PoolNodeMetadataObject); nil: no
 	// lifeboat is ever seen active.
 	PoolNodes client.Reader
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 }
 
 // LifeboatActive reports whether a pool Node is in state active (claimed for an interruption,
@@ -109,6 +112,44 @@ func (c *Cluster) LifeboatActive(ctx context.Context) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// SeatHost is the kubernetes.io/hostname of the node where the handoff kept a seat for the Pod
+// namespace/name (a lifeboat Node's AnnotationSeats, entries younger than
+// policy.SeatRecordTTL), "" for none. Cache only. Every pool Node is read, whatever its state: a
+// lifeboat emptied by its last eviction may be recycled before that Pod's replacement comes. A
+// record that does not parse is skipped: the preference only saves an image pull.
+func (c *Cluster) SeatHost(ctx context.Context, namespace, name string) (string, error) {
+	if c.PoolNodes == nil || name == "" {
+		return "", nil
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.PoolNodes.List(ctx, list); err != nil {
+		return "", fmt.Errorf("list lifeboat Nodes: %w", err)
+	}
+	key, now := namespace+"/"+name, c.now()
+	for i := range list.Items {
+		raw, ok := list.Items[i].Annotations[v1alpha1.AnnotationSeats]
+		if !ok {
+			continue
+		}
+		rec, err := policy.ParseSeatRecord(raw)
+		if err != nil {
+			continue
+		}
+		if host := rec.Host(key, now); host != "" {
+			return host, nil
+		}
+	}
+	return "", nil
+}
+
+func (c *Cluster) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 var _ policy.MetadataLookup = &Cluster{}

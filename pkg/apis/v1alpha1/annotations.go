@@ -75,6 +75,11 @@ const (
 	LabelSeat          = Group + "/seat"
 	AnnotationSeatFor  = Group + "/seat-for"
 	AnnotationSeatNode = Group + "/seat-node"
+	// AnnotationSeats on a draining lifeboat Node records where the seat of each Pod the handoff
+	// evicts was: a JSON object from "namespace/name" to the kubernetes.io/hostname of the seat's
+	// node (policy.SeatRecord). The webhook gives a Pod re-created under that name (a
+	// StatefulSet's) a preference for that node, which pulled its images for the seat.
+	AnnotationSeats = Group + "/seats"
 
 	// FinalizerWarmPool terminates a deleted pool's instances before the WarmPool goes.
 	FinalizerWarmPool = Group + "/instances"

@@ -82,6 +82,7 @@ func Run(ctx context.Context, o *Options) error {
 		Clock:           clock.RealClock{},
 		Namespace:       o.Namespace,
 		SeatImage:       o.SeatImage,
+		SeatPrePullOff:  !o.SeatPrePullImages,
 		TelemetryWindow: o.TelemetryWindow,
 		Bridge:          o.Bridge,
 		PlacementScorer: cloud.NewPlacementScorer(clients.EC2, cloud.PlacementOptions{}),

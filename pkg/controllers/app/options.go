@@ -50,6 +50,9 @@ type Options struct {
 	// SeatImage runs in the handoff's seats (docs/WARMPOOL.md "Handoff"): mirror it for
 	// clusters that pull from a private registry only.
 	SeatImage string
+	// SeatPrePullImages: a seat mounts the images of the Pod it keeps room for as image
+	// volumes, so its node pulls them before the Pod moves there (Kubernetes ≥ 1.35).
+	SeatPrePullImages bool
 
 	Logging component.Logging
 }
@@ -72,6 +75,7 @@ func NewOptions() *Options {
 		Namespace:               v1alpha1.DefaultNamespace,
 		TelemetryWindow:         time.Hour,
 		SeatImage:               handoff.DefaultSeatImage,
+		SeatPrePullImages:       true,
 		BootTimeout:             10 * time.Minute,
 		Resync:                  time.Minute,
 		EBSPrice:                cost.DefaultEBSGiBMonth,
@@ -99,6 +103,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election lease.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Lifeboat's namespace (pre-pull Pods, the handoff's seats, telemetry and resume-ledger ConfigMaps).")
 	fs.StringVar(&o.SeatImage, "seat-image", o.SeatImage, "Image of the handoff's seats, the placeholder Pods that keep room on ordinary capacity for the lifeboat Pods it will evict.")
+	fs.BoolVar(&o.SeatPrePullImages, "seat-prepull-images", o.SeatPrePullImages, "Seats mount the images of the Pods they keep room for as image volumes, so those nodes pull the images before the Pods move there (needs Kubernetes 1.35+ and a container runtime with image volumes, e.g. containerd 2.1+; turn off otherwise).")
 	fs.DurationVar(&o.TelemetryWindow, "telemetry-window", o.TelemetryWindow, "Sliding window of the capacity-pool interruption telemetry.")
 	fs.DurationVar(&o.BootTimeout, "boot-timeout", o.BootTimeout, "Replace a launched instance whose Node has not registered by then.")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "Steady-state re-list period of each WarmPool's instances.")

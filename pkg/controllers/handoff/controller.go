@@ -58,6 +58,8 @@ type Controller struct {
 	Namespace string
 	// SeatImage runs in the seats. Default DefaultSeatImage.
 	SeatImage string
+	// SeatPrePullOff: seats do not pull the Pods' images (SeatSpec.PrePullImages).
+	SeatPrePullOff bool
 }
 
 // New returns the controller.
@@ -75,6 +77,8 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("handoff").
 		For(&corev1.Node{}, builder.WithPredicates(inStates)).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(surgedNode)).
+		// A protected Pod gone from a lifeboat: its seat goes now, for its replacement.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode), builder.WithPredicates(protectedPodGone)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(c)
 }
@@ -219,6 +223,21 @@ func (c *Controller) latestHold(ctx context.Context, now time.Time) (time.Time, 
 	return latest, nil
 }
 
+// waitingProtectedPods are the protected Pods not yet scheduled (and not going).
+func (c *Controller) waitingProtectedPods(ctx context.Context) ([]*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.MatchingLabels{v1alpha1.LabelProtected: "true"}); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Spec.NodeName == "" && p.DeletionTimestamp.IsZero() && !nodeutil.IsTerminal(p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // replacementReady: no protected Pod is Pending or held by the bridge, every seat is placed,
 // and every Karpenter NodeClaim is initialized.
 func (c *Controller) replacementReady(ctx context.Context, now time.Time) (bool, error) {
@@ -305,6 +324,28 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 		return c.forceDrain(ctx, pool, n, groups)
 	}
 	var errs []error
+	seats, err := c.listSeats(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	seatNodes, err := c.seatNodes(ctx, seats)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	usable := usableNodes(seatNodes)
+	// Before any eviction: where each evicted Pod's seat is, so the webhook can send its
+	// replacement there (its images are pulled there).
+	if err := c.recordSeats(ctx, n, groups, seats, seatNodes, now); err != nil {
+		errs = append(errs, err)
+	}
+	seatOf := map[string]*corev1.Pod{}
+	for _, s := range seats {
+		seatOf[s.Name] = s
+	}
+	waiting, err := c.waitingProtectedPods(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	blocked := []string{}
 	for _, g := range groups {
 		switch g.Kind {
@@ -319,13 +360,13 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 				if !p.DeletionTimestamp.IsZero() {
 					continue
 				}
-				err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
-				if err == nil {
-					// Its replacement takes the room the seat kept.
-					if err := c.deleteSeat(ctx, SeatName(p.Namespace, p.Name)); err != nil {
-						errs = append(errs, err)
-					}
+				if seat := seatOf[SeatName(p.Namespace, p.Name)]; NeedsSeat(g, p) &&
+					!SeatAllowsEviction(seat, seat != nil && usable[seat.Spec.NodeName], Contested(p, waiting), now.Sub(since)) {
+					continue // it serves here until its seat holds room elsewhere
 				}
+				// The seat stays until the Pod is gone (syncSeats): its room is not free for
+				// other Pods during the grace period, and its replacement takes it.
+				err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
 				switch {
 				case apierrors.IsTooManyRequests(err):
 					// A PDB that only paces (another of its Pods is moving, so it allows no

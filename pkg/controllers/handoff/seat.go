@@ -3,9 +3,11 @@ package handoff
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +27,11 @@ import (
 // namespace with the Pod's requests and node constraints, scheduled by the default scheduler
 // onto ordinary capacity (Karpenter launches nodes for seats that find none). When the Pod is
 // evicted, its seat is deleted at once, freeing the room its replacement takes.
+//
+// A seat also brings the Pod's images to its node: it mounts each as an image volume
+// (Kubernetes ≥ 1.35), which the kubelet pulls before the seat starts, so the Pod that takes the
+// seat starts from a cached image. The record of where each seat was (SeatRecord) lets the
+// webhook steer the Pod's replacement to that node.
 //
 // Seats live in Lifeboat's namespace — the controller may create Pods only there — and carry
 // an owner reference to the lifeboat Node, so they go with it whatever happens to the
@@ -47,14 +54,80 @@ func NeedsSeat(g Group, p *corev1.Pod) bool {
 	return g.Kind == KindEvict && p.DeletionTimestamp.IsZero()
 }
 
-// Seat is the seat for Pod p of lifeboat node, in namespace. Pure.
-func Seat(p *corev1.Pod, node *corev1.Node, namespace, image string) *corev1.Pod {
+// keepsSeat: a Pod the handoff evicted keeps its seat until it is gone from the lifeboat —
+// through its grace period — so that no other Pod takes the room before its replacement.
+func keepsSeat(g Group, p *corev1.Pod) bool {
+	return g.Kind == KindEvict
+}
+
+// SeatWait bounds how long the handoff keeps a Pod that needs a seat on the draining lifeboat
+// while its seat has no usable room: Karpenter is launching a node for the seat, and the Pod
+// serves where it is meanwhile instead of waiting, down, for the same node. After SeatWait of
+// draining (capacity may be short, an ICE, a seat that cannot be created) it is evicted
+// anyway, as without seats.
+const SeatWait = 3 * time.Minute
+
+// SeatAllowsEviction says whether the handoff may evict a Pod that needs a seat, whose seat is
+// seat (nil: none yet) and whose lifeboat has been draining for draining: the seat holds room
+// on a node that can take the Pod (usable: SeatNodeUsable of the seat's node) and no other
+// protected Pod waiting to be scheduled would take that room first (contested: Contested), or
+// the drain has waited SeatWait. Pure.
+func SeatAllowsEviction(seat *corev1.Pod, usable, contested bool, draining time.Duration) bool {
+	if draining >= SeatWait {
+		return true
+	}
+	return seat != nil && seat.DeletionTimestamp.IsZero() && seat.Spec.NodeName != "" && usable && !contested
+}
+
+// Contested says whether a seat's room would be taken before Pod p's replacement gets it: a
+// protected Pod not yet scheduled (waiting) has p's priority or more — the scheduler takes it
+// first when the seat frees the room. A handoff's own surge is such a Pod: the evictions wait
+// for the surge's Pods to find their places. Pure.
+func Contested(p *corev1.Pod, waiting []*corev1.Pod) bool {
+	prio := ptr.Deref(p.Spec.Priority, 0)
+	for _, w := range waiting {
+		if w.UID != p.UID && ptr.Deref(w.Spec.Priority, 0) >= prio {
+			return true
+		}
+	}
+	return false
+}
+
+// SeatNodeUsable says whether room a seat holds on node n (nil: gone) can take the Pod: the
+// node is Ready, schedulable and not going away — not deleted, not tainted by a disruption
+// (Karpenter's, an interruption, a lifeboat's). A seat placed on a node that an interruption
+// hit a moment later holds no usable room: it is replaced. Pure.
+func SeatNodeUsable(n *corev1.Node) bool {
+	if n == nil || !n.DeletionTimestamp.IsZero() || n.Spec.Unschedulable || !nodeutil.Ready(n) {
+		return false
+	}
+	for _, key := range []string{v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintInterrupted, v1alpha1.TaintLifeboat, v1alpha1.TaintStandby} {
+		if nodeutil.HasTaint(n, key) {
+			return false
+		}
+	}
+	return true
+}
+
+// SeatSpec is how the handoff makes seats.
+type SeatSpec struct {
+	// Namespace of the seats: Lifeboat's.
+	Namespace string
+	// Image runs in the seats; "" is DefaultSeatImage.
+	Image string
+	// PrePullImages: a seat mounts the Pod's images as image volumes (see PrePullVolumes).
+	PrePullImages bool
+}
+
+// Seat is the seat for Pod p of lifeboat node. Pure.
+func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
+	image := spec.Image
 	if image == "" {
 		image = DefaultSeatImage
 	}
 	seat := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: SeatName(p.Namespace, p.Name), Namespace: namespace,
+			Name: SeatName(p.Namespace, p.Name), Namespace: spec.Namespace,
 			Labels: map[string]string{v1alpha1.LabelSeat: "true"},
 			Annotations: map[string]string{
 				v1alpha1.AnnotationSeatFor:  p.Namespace + "/" + p.Name,
@@ -87,7 +160,35 @@ func Seat(p *corev1.Pod, node *corev1.Node, namespace, image string) *corev1.Pod
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		seat.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
 	}
+	if spec.PrePullImages {
+		seat.Spec.Volumes = PrePullVolumes(p)
+	}
 	return seat
+}
+
+// PrePullVolumes are image volumes of the Pod's images (init containers', then containers',
+// each once), so that the kubelet of the node a seat lands on pulls them before the Pod moves
+// there. Image volumes need not be mounted to be pulled. None for a Pod that pulls with
+// imagePullSecrets (a seat in Lifeboat's namespace cannot use them: the pull would fail) or
+// runs on Windows (no image volumes there). Pure.
+func PrePullVolumes(p *corev1.Pod) []corev1.Volume {
+	if len(p.Spec.ImagePullSecrets) > 0 || (p.Spec.OS != nil && p.Spec.OS.Name == corev1.Windows) {
+		return nil
+	}
+	var out []corev1.Volume
+	seen := map[string]bool{}
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.Image == "" || seen[c.Image] {
+			continue
+		}
+		seen[c.Image] = true
+		out = append(out, corev1.Volume{
+			Name: fmt.Sprintf("prepull-%d", len(out)),
+			VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{
+				Reference: c.Image, PullPolicy: corev1.PullIfNotPresent}},
+		})
+	}
+	return out
 }
 
 // seatNodeSelector is the Pod's node selector, and the lifeboat's zone when the Pod mounts a
@@ -133,13 +234,17 @@ type SeatPlan struct {
 }
 
 // PlanSeats compares the seats a lifeboat node needs (one per Pod of its groups that NeedsSeat)
-// with those it has. Pure.
-func PlanSeats(node *corev1.Node, groups []Group, existing []*corev1.Pod, namespace, image string) SeatPlan {
-	want := map[string]*corev1.Pod{}
+// with those it has. A seat placed on a node not in usable (SeatNodeUsable, by node name) is
+// deleted, and made again by a later plan. Pure.
+func PlanSeats(node *corev1.Node, groups []Group, existing []*corev1.Pod, usable map[string]bool, spec SeatSpec) SeatPlan {
+	want, keep := map[string]*corev1.Pod{}, map[string]bool{}
 	for _, g := range groups {
 		for _, p := range g.Pods {
 			if NeedsSeat(g, p) {
 				want[SeatName(p.Namespace, p.Name)] = p
+			}
+			if keepsSeat(g, p) {
+				keep[SeatName(p.Namespace, p.Name)] = true
 			}
 		}
 	}
@@ -150,13 +255,13 @@ func PlanSeats(node *corev1.Node, groups []Group, existing []*corev1.Pod, namesp
 			continue
 		}
 		have[s.Name] = true
-		if want[s.Name] == nil && s.DeletionTimestamp.IsZero() {
+		if (!keep[s.Name] || (s.Spec.NodeName != "" && !usable[s.Spec.NodeName])) && s.DeletionTimestamp.IsZero() {
 			plan.Delete = append(plan.Delete, s.Name)
 		}
 	}
 	for _, name := range sortedNames(want) {
 		if !have[name] {
-			plan.Create = append(plan.Create, Seat(want[name], node, namespace, image))
+			plan.Create = append(plan.Create, Seat(want[name], node, spec))
 		}
 	}
 	slices.Sort(plan.Delete)

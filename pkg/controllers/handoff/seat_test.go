@@ -2,22 +2,27 @@ package handoff
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
 func stsPod(name string, opts ...buildtest.PodOption) *corev1.Pod {
@@ -29,6 +34,7 @@ func stsPod(name string, opts ...buildtest.PodOption) *corev1.Pod {
 func TestSeat(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1", UID: "node-uid"}}
 	p := stsPod("db-0")
+	p.Spec.Containers[0].Image = "registry.example/db:1"
 	p.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "linux"}
 	p.Spec.Affinity = &corev1.Affinity{
 		NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
@@ -45,7 +51,7 @@ func TestSeat(t *testing.T) {
 		{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 		{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule},
 	}
-	s := Seat(p, node, "lifeboat-system", "")
+	s := Seat(p, node, SeatSpec{Namespace: "lifeboat-system"})
 
 	if s.Namespace != "lifeboat-system" || s.Name != SeatName("app", "db-0") || s.Labels[v1alpha1.LabelSeat] != "true" {
 		t.Errorf("seat %s/%s labels %v", s.Namespace, s.Name, s.Labels)
@@ -80,14 +86,20 @@ func TestSeat(t *testing.T) {
 	node.Labels = map[string]string{v1alpha1.LabelZone: "us-east-1b"}
 	withClaim := p.DeepCopy()
 	withClaim.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
-	if got := Seat(withClaim, node, "lifeboat-system", "").Spec.NodeSelector; !reflect.DeepEqual(got, map[string]string{"kubernetes.io/os": "linux", v1alpha1.LabelZone: "us-east-1b"}) {
+	if got := Seat(withClaim, node, SeatSpec{Namespace: "lifeboat-system"}).Spec.NodeSelector; !reflect.DeepEqual(got, map[string]string{"kubernetes.io/os": "linux", v1alpha1.LabelZone: "us-east-1b"}) {
 		t.Errorf("node selector with a claim %v, want the Pod's and the lifeboat's zone", got)
 	}
 	if len(withClaim.Spec.NodeSelector) != 1 {
 		t.Errorf("the Pod's node selector was changed: %v", withClaim.Spec.NodeSelector)
 	}
-	if got := Seat(p, node, "lifeboat-system", "").Spec.NodeSelector; len(got) != 1 {
+	if got := Seat(p, node, SeatSpec{Namespace: "lifeboat-system"}).Spec.NodeSelector; len(got) != 1 {
 		t.Errorf("node selector without a claim %v, want the Pod's only", got)
+	}
+	if v := Seat(p, node, SeatSpec{Namespace: "lifeboat-system"}).Spec.Volumes; len(v) != 0 {
+		t.Errorf("volumes %v without PrePullImages, want none", v)
+	}
+	if v := Seat(p, node, SeatSpec{Namespace: "lifeboat-system", PrePullImages: true}).Spec.Volumes; len(v) != 1 || v[0].Image == nil || v[0].Image.Reference != p.Spec.Containers[0].Image {
+		t.Errorf("volumes %+v with PrePullImages, want one image volume of the Pod's image", v)
 	}
 	if SeatName("app", "db-0") == SeatName("app", "db-1") || SeatName("a", "b-c") == SeatName("a-b", "c") || len(SeatName("app", "db-0")) > 63 {
 		t.Errorf("seat names must be distinct per Pod and short: %s", SeatName("app", "db-0"))
@@ -108,6 +120,7 @@ func TestPlanSeats(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "lifeboat-system", Name: SeatName("app", pod),
 			Annotations: map[string]string{v1alpha1.AnnotationSeatNode: node}}}
 	}
+	placedOn := func(s *corev1.Pod, node string) *corev1.Pod { s.Spec.NodeName = node; return s }
 	names := func(ps []*corev1.Pod) []string {
 		var out []string
 		for _, p := range ps {
@@ -124,12 +137,16 @@ func TestPlanSeats(t *testing.T) {
 		"none yet: a seat per Pod to evict, not for surging or finishing Pods": {
 			wantCreate: []string{"app/db-0", "app/db-1"}},
 		"one there": {existing: []*corev1.Pod{seat("db-0", "lb-1")}, wantCreate: []string{"app/db-1"}},
-		"the evicted Pod's seat goes": {existing: []*corev1.Pod{seat("db-0", "lb-1"), seat("db-1", "lb-1"), seat("db-2", "lb-1")},
-			wantDelete: []string{SeatName("app", "db-2")}},
+		"the evicted Pod keeps its seat through its grace period": {existing: []*corev1.Pod{seat("db-0", "lb-1"), seat("db-1", "lb-1"), seat("db-2", "lb-1")}},
+		"a Pod gone from the lifeboat frees its seat": {existing: []*corev1.Pod{seat("db-0", "lb-1"), seat("db-1", "lb-1"), seat("db-7", "lb-1")},
+			wantDelete: []string{SeatName("app", "db-7")}},
+		"a seat on a node going away is replaced": {existing: []*corev1.Pod{placedOn(seat("db-0", "lb-1"), "spot-dying"), seat("db-1", "lb-1")},
+			wantDelete: []string{SeatName("app", "db-0")}},
+		"a seat on a usable node stays":           {existing: []*corev1.Pod{placedOn(seat("db-0", "lb-1"), "spot-7"), seat("db-1", "lb-1")}},
 		"another lifeboat's seats are left alone": {existing: []*corev1.Pod{seat("db-0", "lb-1"), seat("db-1", "lb-1"), seat("db-9", "lb-2")}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			plan := PlanSeats(node, groups, tc.existing, "lifeboat-system", "")
+			plan := PlanSeats(node, groups, tc.existing, map[string]bool{"spot-7": true, "spot-dying": false}, SeatSpec{Namespace: "lifeboat-system"})
 			if got := names(plan.Create); !reflect.DeepEqual(got, tc.wantCreate) {
 				t.Errorf("create %v, want %v", got, tc.wantCreate)
 			}
@@ -138,14 +155,14 @@ func TestPlanSeats(t *testing.T) {
 			}
 		})
 	}
-	if plan := PlanSeats(node, nil, []*corev1.Pod{seat("db-0", "lb-1")}, "lifeboat-system", ""); !reflect.DeepEqual(plan.Delete, []string{SeatName("app", "db-0")}) {
+	if plan := PlanSeats(node, nil, []*corev1.Pod{seat("db-0", "lb-1")}, nil, SeatSpec{Namespace: "lifeboat-system"}); !reflect.DeepEqual(plan.Delete, []string{SeatName("app", "db-0")}) {
 		t.Errorf("an emptied lifeboat keeps seats %v", plan.Delete)
 	}
 }
 
 // TestSeatsThroughTheHandoff: an active lifeboat with a StatefulSet Pod gets its seat; at the
-// handoff the Pod is evicted and its seat deleted in the same pass; an emptied lifeboat keeps
-// none.
+// handoff the lifeboat records where the seat is, then evicts the Pod; the seat goes once the
+// Pod is gone; an emptied lifeboat keeps none.
 func TestSeatsThroughTheHandoff(t *testing.T) {
 	pool := &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"},
 		Spec: v1alpha1.WarmPoolSpec{ActiveDuration: &metav1.Duration{Duration: time.Minute}}}
@@ -167,7 +184,17 @@ func TestSeatsThroughTheHandoff(t *testing.T) {
 			}
 			return c.Delete(ctx, obj, opts...)
 		},
-	}, pool, node, stsPod("db-0"))
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok && obj.GetName() == "lb-1" {
+				if data, _ := patch.Data(obj); strings.Contains(string(data), v1alpha1.AnnotationSeats) {
+					order = append(order, "record seats")
+				}
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}, pool, node, stsPod("db-0"),
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-7", Labels: map[string]string{corev1.LabelHostname: "ip-10-0-7-7"}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
 	clk := clocktesting.NewFakeClock(hpaNow.Add(10 * time.Second))
 	ctrl := New(c, clk, events.NewFakeRecorder(100))
 	seats := func() []corev1.Pod {
@@ -182,10 +209,27 @@ func TestSeatsThroughTheHandoff(t *testing.T) {
 	if s := seats(); len(s) != 1 || s[0].Annotations[v1alpha1.AnnotationSeatFor] != "app/db-0" {
 		t.Fatalf("seats while active = %v, want one for app/db-0", s)
 	}
+	// The default scheduler places the seat on an ordinary node.
+	placed := seats()[0]
+	placed.Spec.NodeName = "spot-7"
+	if err := c.Update(context.Background(), &placed); err != nil {
+		t.Fatal(err)
+	}
 	clk.Step(time.Minute)
 	reconcileLB(t, ctrl) // cordons: the handoff starts
-	reconcileLB(t, ctrl) // drains: evicts db-0, deletes its seat
-	if want := []string{"evict db-0", "delete seat"}; !reflect.DeepEqual(order, want) {
+	reconcileLB(t, ctrl) // drains: records the seat's node, evicts db-0 (here: gone at once)
+	if want := []string{"record seats", "evict db-0"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("writes %v, want %v (the seat stays until the Pod is gone)", order, want)
+	}
+	lb := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "lb-1"}, lb); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := policy.ParseSeatRecord(lb.Annotations[v1alpha1.AnnotationSeats]); err != nil || rec.Host("app/db-0", clk.Now()) != "ip-10-0-7-7" {
+		t.Errorf("seat record %q (%v), want app/db-0 on the seat node's hostname", lb.Annotations[v1alpha1.AnnotationSeats], err)
+	}
+	reconcileLB(t, ctrl) // the Pod is gone: its seat goes, its replacement takes the room
+	if want := []string{"record seats", "evict db-0", "delete seat"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("writes %v, want %v", order, want)
 	}
 	if s := seats(); len(s) != 0 {
@@ -194,5 +238,176 @@ func TestSeatsThroughTheHandoff(t *testing.T) {
 	reconcileLB(t, ctrl)
 	if s := seats(); len(s) != 0 {
 		t.Errorf("an emptied lifeboat got seats again: %d", len(s))
+	}
+}
+
+func TestPrePullVolumes(t *testing.T) {
+	img := func(refs ...string) []corev1.Volume {
+		var out []corev1.Volume
+		for i, r := range refs {
+			out = append(out, corev1.Volume{Name: fmt.Sprintf("prepull-%d", i), VolumeSource: corev1.VolumeSource{
+				Image: &corev1.ImageVolumeSource{Reference: r, PullPolicy: corev1.PullIfNotPresent}}})
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		spec corev1.PodSpec
+		want []corev1.Volume
+	}{
+		{"one container", corev1.PodSpec{Containers: []corev1.Container{{Image: "app:1"}}}, img("app:1")},
+		{"init first, each image once", corev1.PodSpec{
+			InitContainers: []corev1.Container{{Image: "migrate:1"}},
+			Containers:     []corev1.Container{{Image: "app:1"}, {Image: "migrate:1"}, {Image: "proxy:2"}}},
+			img("migrate:1", "app:1", "proxy:2")},
+		{"pull secrets: a seat could not use them", corev1.PodSpec{ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
+			Containers: []corev1.Container{{Image: "private/app:1"}}}, nil},
+		{"Windows: no image volumes", corev1.PodSpec{OS: &corev1.PodOS{Name: corev1.Windows}, Containers: []corev1.Container{{Image: "app:1"}}}, nil},
+		{"no image", corev1.PodSpec{Containers: []corev1.Container{{}}}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PrePullVolumes(&corev1.Pod{Spec: tc.spec}); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("PrePullVolumes = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSeatHosts(t *testing.T) {
+	seat := func(pod, lifeboat, on string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "lifeboat-system", Name: SeatName("app", pod),
+			Annotations: map[string]string{v1alpha1.AnnotationSeatNode: lifeboat}}, Spec: corev1.PodSpec{NodeName: on}}
+	}
+	going := stsPod("db-3")
+	going.DeletionTimestamp = &metav1.Time{Time: hpaNow}
+	groups := []Group{
+		{Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0"), stsPod("db-1"), stsPod("db-2"), going}},
+		{Kind: KindWait, Pods: []*corev1.Pod{stsPod("job-0")}},
+	}
+	seats := []*corev1.Pod{
+		seat("db-0", "lb-1", "spot-7"), // placed
+		seat("db-1", "lb-1", ""),       // not placed yet
+		seat("db-2", "lb-2", "spot-8"), // another lifeboat's
+		seat("db-3", "lb-1", "spot-7"), // its Pod is going already
+		seat("job-0", "lb-1", "spot-7"),
+	}
+	got := SeatHosts("lb-1", groups, seats, map[string]string{"spot-7": "ip-10-0-7-7"})
+	if want := map[string]string{"app/db-0": "ip-10-0-7-7"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("SeatHosts = %v, want %v", got, want)
+	}
+	if got := SeatHosts("lb-1", groups, seats, nil); len(got) != 0 {
+		t.Errorf("no usable seat node: %v, want nothing recorded", got)
+	}
+}
+
+func TestSeatAllowsEviction(t *testing.T) {
+	pending := &corev1.Pod{}
+	placed := pending.DeepCopy()
+	placed.Spec.NodeName = "spot-7"
+	deleting := placed.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: hpaNow}
+	for _, tc := range []struct {
+		name              string
+		seat              *corev1.Pod
+		usable, contested bool
+		draining          time.Duration
+		want              bool
+	}{
+		{"seat placed on a usable node", placed, true, false, 0, true},
+		{"seat waiting for room: the Pod serves on the lifeboat meanwhile", pending, false, false, time.Minute, false},
+		{"seat on a node going away: it is being replaced", placed, false, false, time.Minute, false},
+		{"seat being replaced", deleting, true, false, time.Minute, false},
+		{"no seat yet", nil, false, false, time.Minute, false},
+		{"a waiting Pod would take the seat's room first", placed, true, true, time.Minute, false},
+		{"the drain waited SeatWait: evict as without seats", pending, false, false, SeatWait, true},
+		{"the drain waited SeatWait, no seat at all", nil, false, true, SeatWait, true},
+	} {
+		if got := SeatAllowsEviction(tc.seat, tc.usable, tc.contested, tc.draining); got != tc.want {
+			t.Errorf("%s: SeatAllowsEviction = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestContested(t *testing.T) {
+	withPrio := func(name string, prio int32) *corev1.Pod {
+		p := stsPod(name)
+		p.UID = types.UID(name)
+		p.Spec.Priority = &prio
+		return p
+	}
+	db := withPrio("db-0", 1000)
+	for _, tc := range []struct {
+		name    string
+		waiting []*corev1.Pod
+		want    bool
+	}{
+		{"nothing waiting", nil, false},
+		{"a higher tier's surge Pod waits", []*corev1.Pod{withPrio("web-x", 10000)}, true},
+		{"a Pod of the same priority waits", []*corev1.Pod{withPrio("db-1", 1000)}, true},
+		{"only lower priorities wait: the replacement goes first", []*corev1.Pod{withPrio("job-a", 0)}, false},
+		{"the Pod itself", []*corev1.Pod{db}, false},
+	} {
+		if got := Contested(db, tc.waiting); got != tc.want {
+			t.Errorf("%s: Contested = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSeatNodeUsable(t *testing.T) {
+	ready := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-7"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	with := func(f func(n *corev1.Node)) *corev1.Node { n := ready.DeepCopy(); f(n); return n }
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		want bool
+	}{
+		{"Ready", ready, true},
+		{"gone", nil, false},
+		{"not Ready", with(func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }), false},
+		{"cordoned", with(func(n *corev1.Node) { n.Spec.Unschedulable = true }), false},
+		{"being deleted", with(func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: hpaNow} }), false},
+		{"Karpenter disrupts it", with(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintKarpenterDisrupted, Effect: corev1.TaintEffectNoSchedule}}
+		}), false},
+		{"interrupted", with(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: v1alpha1.TaintInterrupted, Effect: corev1.TaintEffectNoSchedule}}
+		}), false},
+		{"another taint", with(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+		}), true},
+	} {
+		if got := SeatNodeUsable(tc.node); got != tc.want {
+			t.Errorf("%s: SeatNodeUsable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestProtectedPodGoneWakesItsNode(t *testing.T) {
+	running := stsPod("db-0")
+	failed := running.DeepCopy()
+	failed.Status.Phase = corev1.PodFailed
+	unprotected := running.DeepCopy()
+	delete(unprotected.Labels, v1alpha1.LabelProtected)
+	unbound := running.DeepCopy()
+	unbound.Spec.NodeName = ""
+	if !protectedPodGone.Delete(event.DeleteEvent{Object: running}) {
+		t.Errorf("a protected Pod's deletion does not wake its node")
+	}
+	if !protectedPodGone.Update(event.UpdateEvent{ObjectOld: running, ObjectNew: failed}) {
+		t.Errorf("a protected Pod turning terminal does not wake its node")
+	}
+	if protectedPodGone.Update(event.UpdateEvent{ObjectOld: failed, ObjectNew: failed}) || protectedPodGone.Update(event.UpdateEvent{ObjectOld: running, ObjectNew: running}) {
+		t.Errorf("an update that is not the turn to terminal wakes the node")
+	}
+	if protectedPodGone.Delete(event.DeleteEvent{Object: unprotected}) || protectedPodGone.Delete(event.DeleteEvent{Object: unbound}) || protectedPodGone.Create(event.CreateEvent{Object: running}) {
+		t.Errorf("an unprotected or unbound Pod, or a creation, wakes a node")
+	}
+	if got := podNode(context.Background(), running); len(got) != 1 || got[0].Name != "lb-1" {
+		t.Errorf("podNode = %v, want lb-1", got)
+	}
+	if got := podNode(context.Background(), unbound); len(got) != 0 {
+		t.Errorf("podNode of an unbound Pod = %v", got)
 	}
 }

@@ -2,17 +2,25 @@ package handoff
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
 // syncSeats keeps one seat per Pod of the lifeboat node n that the handoff will evict, and
@@ -26,15 +34,15 @@ func (c *Controller) syncSeats(ctx context.Context, n *corev1.Node) error {
 	if err != nil {
 		return err
 	}
-	list := &corev1.PodList{}
-	if err := c.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}); err != nil {
+	existing, err := c.listSeats(ctx)
+	if err != nil {
 		return err
 	}
-	existing := make([]*corev1.Pod, 0, len(list.Items))
-	for i := range list.Items {
-		existing = append(existing, &list.Items[i])
+	nodes, err := c.seatNodes(ctx, existing)
+	if err != nil {
+		return err
 	}
-	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, c.Namespace, c.SeatImage)
+	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, usableNodes(nodes), SeatSpec{Namespace: c.Namespace, Image: c.SeatImage, PrePullImages: !c.SeatPrePullOff})
 	var errs []error
 	for _, s := range plan.Create {
 		if err := c.client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -57,4 +65,132 @@ func (c *Controller) deleteSeat(ctx context.Context, name string) error {
 		return fmt.Errorf("delete seat %s: %w", name, err)
 	}
 	return nil
+}
+
+// listSeats lists every seat (all lifeboats').
+func (c *Controller) listSeats(ctx context.Context) ([]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := c.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}); err != nil {
+		return nil, err
+	}
+	seats := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		seats = append(seats, &list.Items[i])
+	}
+	return seats, nil
+}
+
+// seatNodes are the Nodes the seats are placed on, by name (a Node gone is left out).
+func (c *Controller) seatNodes(ctx context.Context, seats []*corev1.Pod) (map[string]*corev1.Node, error) {
+	out := map[string]*corev1.Node{}
+	for _, s := range seats {
+		if s.Spec.NodeName == "" || out[s.Spec.NodeName] != nil {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := c.client.Get(ctx, types.NamespacedName{Name: s.Spec.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, err
+		}
+		out[s.Spec.NodeName] = node
+	}
+	return out, nil
+}
+
+// usableNodes: node name → SeatNodeUsable.
+func usableNodes(nodes map[string]*corev1.Node) map[string]bool {
+	out := make(map[string]bool, len(nodes))
+	for name, n := range nodes {
+		out[name] = SeatNodeUsable(n)
+	}
+	return out
+}
+
+// recordSeats writes, on lifeboat node n, where the seat of each Pod the handoff will evict
+// holds usable room (AnnotationSeats; fetch, SeatHosts, write only when it changes).
+func (c *Controller) recordSeats(ctx context.Context, n *corev1.Node, groups []Group, seats []*corev1.Pod, nodes map[string]*corev1.Node, now time.Time) error {
+	hosts := map[string]string{}
+	for name, node := range nodes {
+		if SeatNodeUsable(node) {
+			hosts[name] = node.Labels[corev1.LabelHostname]
+			if hosts[name] == "" {
+				hosts[name] = name
+			}
+		}
+	}
+	current, err := policy.ParseSeatRecord(n.Annotations[v1alpha1.AnnotationSeats])
+	if err != nil {
+		current = policy.SeatRecord{} // rewritten whole below
+	}
+	rec, changed := current.With(SeatHosts(n.Name, groups, seats, hosts), now)
+	if !changed {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationSeats: rec.String()}}})
+	if err != nil {
+		return err
+	}
+	if err := c.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return fmt.Errorf("record the seats of %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// SeatHosts maps "namespace/name" of each Pod of lifeboat node that NeedsSeat to the hostname
+// of the node its placed seat is on (hosts: node name → kubernetes.io/hostname, for the usable
+// seat nodes only). Pods whose seat is not placed, or placed on a node not in hosts, are left
+// out. Pure.
+func SeatHosts(node string, groups []Group, seats []*corev1.Pod, hosts map[string]string) map[string]string {
+	byName := map[string]*corev1.Pod{}
+	for _, s := range seats {
+		if s.Annotations[v1alpha1.AnnotationSeatNode] == node && s.DeletionTimestamp.IsZero() && s.Spec.NodeName != "" {
+			byName[s.Name] = s
+		}
+	}
+	out := map[string]string{}
+	for _, g := range groups {
+		for _, p := range g.Pods {
+			s := byName[SeatName(p.Namespace, p.Name)]
+			if !NeedsSeat(g, p) || s == nil {
+				continue
+			}
+			if host := hosts[s.Spec.NodeName]; host != "" {
+				out[p.Namespace+"/"+p.Name] = host
+			}
+		}
+	}
+	return out
+}
+
+// podNode maps a Pod to its Node: the handoff of a lifeboat reacts to its Pods leaving.
+func podNode(_ context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*corev1.Pod)
+	if !ok || p.Spec.NodeName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.NodeName}}}
+}
+
+// protectedPodGone passes a protected Pod bound to a node turning terminal (a kubelet puts a
+// deleted Pod in a terminal phase once its containers stopped, just before the object goes and
+// its StatefulSet makes the replacement) or deleted: if the node is a draining lifeboat, the
+// Pod's seat is freed for the replacement at once, not at the next poll.
+var protectedPodGone = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, ok1 := e.ObjectOld.(*corev1.Pod)
+		p, ok2 := e.ObjectNew.(*corev1.Pod)
+		return ok1 && ok2 && boundProtected(p) && nodeutil.IsTerminal(p) && !nodeutil.IsTerminal(old)
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		p, ok := e.Object.(*corev1.Pod)
+		return ok && boundProtected(p)
+	},
+}
+
+func boundProtected(p *corev1.Pod) bool {
+	return p.Spec.NodeName != "" && p.Labels[v1alpha1.LabelProtected] == "true"
 }

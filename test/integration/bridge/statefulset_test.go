@@ -22,6 +22,10 @@ var statefulSetFlags = bridgeFlags{notice: 40 * time.Second, margin: 5 * time.Se
 //     write that deletes an old Pod is later than the Node write that showed the seat.
 //   - No old Pod is evicted or deleted before its hold was decided, or evicted while held; all
 //     five are gone before the reclaim and run again, Ready, on the lifeboat.
+//   - At the handoff, each replica the lifeboat hosts leaves for its seat: the seat (admitted
+//     under Pod Security "restricted") mounted the Pod's image as an image volume, so the
+//     seat's node pulled it; the replacement carries the webhook's preference for that node
+//     and is bound there; still never two down.
 //
 // The shared WarmPool's activeDuration (30 s) is shorter than five moves: the lifeboat must not
 // hand off while the bridge still holds Pods for it. It did on 2026-12-02 (the bridge then gave
@@ -37,6 +41,7 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 	node, old := e.place(t, ns, replicas, w)
 	id := e.prepareNotice(t, node)
 	seats := e.watchSeats(t)
+	handoffSeats := e.watchHandoffSeats(t)
 	rec := e.recordPods(t, ns, w.selector())
 	ready := e.sampleReady(t, ns, w.selector())
 	time.Sleep(300 * time.Millisecond) // the instance-ID annotation reaches the controller's cache
@@ -76,6 +81,8 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 		t.Errorf("the %d replicas did not all come back Ready, one at least on the lifeboat: %v", replicas, err)
 	}
 	t.Logf("where the moved replicas became Ready: %v", where)
+	e.checkHandoffToSeats(t, ns, w, replicas, seats, handoffSeats)
+	handoffSeats.stop()
 	ready.stop()
 	rec.stop()
 
