@@ -69,9 +69,11 @@ func (c Config) ApplyPlacement(pod *corev1.Pod, p Placement) []string {
 	return notes
 }
 
-// routesToLifeboatScheduler: the Pod is to get SchedulerName (Config.SchedulerRouting).
+// routesToLifeboatScheduler: the Pod is to get SchedulerName (Config.SchedulerRouting). Never
+// a Pod that has a seat (SeatHost): its room is on ordinary capacity, where the default
+// scheduler binds it; the lifeboat scheduler would put it back on a lifeboat.
 func (c Config) routesToLifeboatScheduler(p Placement) bool {
-	if c.SchedulerName == "" {
+	if c.SchedulerName == "" || p.SeatHost != "" {
 		return false
 	}
 	return c.SchedulerRouting == RouteAlways || p.LifeboatActive

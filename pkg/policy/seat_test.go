@@ -62,6 +62,13 @@ func TestApplyPlacementPrefersSeatNode(t *testing.T) {
 	if n := len(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); n != 2 {
 		t.Errorf("applied twice: %d preferred terms, want 2", n)
 	}
+	// A Pod with a seat keeps the default scheduler even while a lifeboat is active: the
+	// lifeboat scheduler would seat it on a lifeboat again.
+	routed := &corev1.Pod{}
+	c.ApplyPlacement(routed, Placement{Tier: v1alpha1.TierCheckpointed, TierClass: tierClasses[v1alpha1.TierCheckpointed], SeatHost: "ip-10-0-1-5", LifeboatActive: true})
+	if routed.Spec.SchedulerName != "" {
+		t.Errorf("a Pod with a seat while a lifeboat is active: schedulerName %q, want the default", routed.Spec.SchedulerName)
+	}
 	// No seat: no preference.
 	plain := &corev1.Pod{}
 	c.ApplyPlacement(plain, Placement{Tier: v1alpha1.TierCheckpointed, TierClass: tierClasses[v1alpha1.TierCheckpointed]})

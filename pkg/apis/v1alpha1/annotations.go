@@ -108,6 +108,7 @@ const (
 	EventEvictionReleased    = "EvictionReleased"
 	EventBridged             = "Bridged"
 	EventBridgeMove          = "BridgeMove"
+	EventSeatMove            = "SeatMove"
 )
 
 // EvictionHoldReleased is the value of AnnotationEvictionHold once the hold is released.

@@ -79,6 +79,8 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(surgedNode)).
 		// A protected Pod gone from a lifeboat: its seat goes now, for its replacement.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode), builder.WithPredicates(protectedPodGone)).
+		// A seat seen (at start too): its lifeboat's pass deletes it if the lifeboat is gone.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(seatLifeboat), builder.WithPredicates(seatCreated)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(c)
 }
@@ -90,19 +92,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	n := &corev1.Node{}
 	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
 		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, c.endOrphanSurges(ctx, req.Name)
+			return reconcile.Result{}, c.leftover(ctx, req.Name)
 		}
 		return reconcile.Result{}, err
 	}
 	if !nodeutil.InPoolState(n, serving...) {
-		return reconcile.Result{}, c.endOrphanSurges(ctx, n.Name)
+		return reconcile.Result{}, c.leftover(ctx, n.Name)
 	}
 	pool := &v1alpha1.WarmPool{}
 	if err := c.client.Get(ctx, types.NamespacedName{Name: nodeutil.Pool(n)}, pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	now := c.clock.Now()
-	if err := c.syncSeats(ctx, n); err != nil {
+	if err := c.syncSeats(ctx, pool, n); err != nil {
 		// Seats only save time: the handoff goes on without them.
 		log.Error(err, "Keeping seats for the Pods the handoff will evict")
 	}
@@ -143,7 +145,15 @@ func (c *Controller) maybeStart(ctx context.Context, pool *v1alpha1.WarmPool, n 
 		return reconcile.Result{RequeueAfter: min(until.Sub(now), c.Poll)}, nil
 	}
 	if now.Before(due) {
+		// Pods whose seat already holds room leave now; the rest of the node waits for due.
+		seating, err := c.moveToSeats(ctx, pool, n, now)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
 		if pool.Spec.Handoff != v1alpha1.HandoffWhenReplacementReady {
+			if seating {
+				return reconcile.Result{RequeueAfter: min(due.Sub(now), c.Poll)}, nil
+			}
 			return reconcile.Result{RequeueAfter: due.Sub(now)}, nil
 		}
 		ready, err := c.replacementReady(ctx, now)
@@ -324,32 +334,26 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 		return c.forceDrain(ctx, pool, n, groups)
 	}
 	var errs []error
-	seats, err := c.listSeats(ctx)
+	sv, err := c.seatView(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	seatNodes, err := c.seatNodes(ctx, seats)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	usable := usableNodes(seatNodes)
 	// Before any eviction: where each evicted Pod's seat is, so the webhook can send its
 	// replacement there (its images are pulled there).
-	if err := c.recordSeats(ctx, n, groups, seats, seatNodes, now); err != nil {
+	if err := c.recordSeats(ctx, n, groups, sv, now); err != nil {
 		errs = append(errs, err)
 	}
-	seatOf := map[string]*corev1.Pod{}
-	for _, s := range seats {
-		seatOf[s.Name] = s
-	}
-	waiting, err := c.waitingProtectedPods(ctx)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	blocked := []string{}
+	// Pods with seats leave first: a Deployment's surge Pods (a higher tier, and Pending until
+	// Karpenter's capacity comes) would take the room a seat frees before the evicted Pod's
+	// replacement. The Deployment's Pods serve here meanwhile; SeatWait bounds the wait.
+	seatsFirst := SeatsFirst(groups, now.Sub(since))
 	for _, g := range groups {
 		switch g.Kind {
 		case KindDeployment:
+			if seatsFirst {
+				continue
+			}
 			if err := c.surgeStep(ctx, n, g); err != nil {
 				errs = append(errs, err)
 			}
@@ -360,8 +364,7 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 				if !p.DeletionTimestamp.IsZero() {
 					continue
 				}
-				if seat := seatOf[SeatName(p.Namespace, p.Name)]; NeedsSeat(g, p) &&
-					!SeatAllowsEviction(seat, seat != nil && usable[seat.Spec.NodeName], Contested(p, waiting), now.Sub(since)) {
+				if NeedsSeat(g, p) && !sv.allowsEviction(p, now.Sub(since)) {
 					continue // it serves here until its seat holds room elsewhere
 				}
 				// The seat stays until the Pod is gone (syncSeats): its room is not free for

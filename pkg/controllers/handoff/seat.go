@@ -79,6 +79,22 @@ func SeatAllowsEviction(seat *corev1.Pod, usable, contested bool, draining time.
 	return seat != nil && seat.DeletionTimestamp.IsZero() && seat.Spec.NodeName != "" && usable && !contested
 }
 
+// SeatsFirst says whether a draining lifeboat's Deployments wait with their surge: a Pod that
+// needs a seat is still on it (not yet evicted), and the drain is younger than SeatWait. Pure.
+func SeatsFirst(groups []Group, draining time.Duration) bool {
+	if draining >= SeatWait {
+		return false
+	}
+	for _, g := range groups {
+		for _, p := range g.Pods {
+			if NeedsSeat(g, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Contested says whether a seat's room would be taken before Pod p's replacement gets it: a
 // protected Pod not yet scheduled (waiting) has p's priority or more — the scheduler takes it
 // first when the seat frees the room. A handoff's own surge is such a Pod: the evictions wait
@@ -86,7 +102,7 @@ func SeatAllowsEviction(seat *corev1.Pod, usable, contested bool, draining time.
 func Contested(p *corev1.Pod, waiting []*corev1.Pod) bool {
 	prio := ptr.Deref(p.Spec.Priority, 0)
 	for _, w := range waiting {
-		if w.UID != p.UID && ptr.Deref(w.Spec.Priority, 0) >= prio {
+		if (w.Namespace != p.Namespace || w.Name != p.Name) && ptr.Deref(w.Spec.Priority, 0) >= prio {
 			return true
 		}
 	}
@@ -117,6 +133,11 @@ type SeatSpec struct {
 	Image string
 	// PrePullImages: a seat mounts the Pod's images as image volumes (see PrePullVolumes).
 	PrePullImages bool
+	// Pool owns the seats (garbage collection when the WarmPool goes). Not the lifeboat Node:
+	// Karpenter does not provision for a Pod a Node owns (it takes it for a static Pod), so a
+	// Node-owned seat only ever found room that already existed. A lifeboat's seats go with
+	// it through the handoff controller (deleteSeatsOf).
+	Pool *v1alpha1.WarmPool
 }
 
 // Seat is the seat for Pod p of lifeboat node. Pure.
@@ -133,7 +154,6 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 				v1alpha1.AnnotationSeatFor:  p.Namespace + "/" + p.Name,
 				v1alpha1.AnnotationSeatNode: node.Name,
 			},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
 		},
 		Spec: corev1.PodSpec{
 			NodeSelector:                  seatNodeSelector(p, node),
@@ -162,6 +182,9 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 	}
 	if spec.PrePullImages {
 		seat.Spec.Volumes = PrePullVolumes(p)
+	}
+	if spec.Pool != nil {
+		seat.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "WarmPool", Name: spec.Pool.Name, UID: spec.Pool.UID}}
 	}
 	return seat
 }

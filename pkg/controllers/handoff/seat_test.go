@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -51,7 +53,8 @@ func TestSeat(t *testing.T) {
 		{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 		{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule},
 	}
-	s := Seat(p, node, SeatSpec{Namespace: "lifeboat-system"})
+	pool := &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: "default", UID: "pool-uid"}}
+	s := Seat(p, node, SeatSpec{Namespace: "lifeboat-system", Pool: pool})
 
 	if s.Namespace != "lifeboat-system" || s.Name != SeatName("app", "db-0") || s.Labels[v1alpha1.LabelSeat] != "true" {
 		t.Errorf("seat %s/%s labels %v", s.Namespace, s.Name, s.Labels)
@@ -59,8 +62,11 @@ func TestSeat(t *testing.T) {
 	if s.Annotations[v1alpha1.AnnotationSeatFor] != "app/db-0" || s.Annotations[v1alpha1.AnnotationSeatNode] != "lb-1" {
 		t.Errorf("annotations %v", s.Annotations)
 	}
-	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].UID != "node-uid" {
-		t.Errorf("owner %v, want the lifeboat Node (the seat goes with it)", s.OwnerReferences)
+	// Owned by the WarmPool, never by a Node: Karpenter does not provision for a Pod a Node
+	// owns (pod.IsOwnedByNode: it takes it for a static Pod).
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "WarmPool" || s.OwnerReferences[0].UID != "pool-uid" ||
+		s.OwnerReferences[0].APIVersion != v1alpha1.GroupVersion.String() {
+		t.Errorf("owner %v, want the WarmPool", s.OwnerReferences)
 	}
 	if len(s.Labels) != 1 {
 		t.Errorf("labels %v: a seat carries none of the workload's (no Service or PDB selects it)", s.Labels)
@@ -409,5 +415,145 @@ func TestProtectedPodGoneWakesItsNode(t *testing.T) {
 	}
 	if got := podNode(context.Background(), unbound); len(got) != 0 {
 		t.Errorf("podNode of an unbound Pod = %v", got)
+	}
+}
+
+func TestSeatsFirst(t *testing.T) {
+	web := Group{Kind: KindDeployment, Namespace: "app", Name: "web", Pods: []*corev1.Pod{apiPod("web-1", "lb-1")}}
+	going := stsPod("db-0")
+	going.DeletionTimestamp = &metav1.Time{Time: hpaNow}
+	for _, tc := range []struct {
+		name     string
+		groups   []Group
+		draining time.Duration
+		want     bool
+	}{
+		{"a StatefulSet Pod still here: the surge waits", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0")}}}, time.Minute, true},
+		{"it is evicted already: surge", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{going}}}, time.Minute, false},
+		{"only Deployments and Jobs", []Group{web, {Kind: KindWait, Pods: []*corev1.Pod{jobPod("batch-a")}}}, 0, false},
+		{"SeatWait passed", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0")}}}, SeatWait, false},
+	} {
+		if got := SeatsFirst(tc.groups, tc.draining); got != tc.want {
+			t.Errorf("%s: SeatsFirst = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestMoveToSeatsBeforeTheHandoff: while the lifeboat is still active, a StatefulSet Pod leaves
+// for its seat as soon as the seat holds usable room — not while the seat waits for room, a
+// protected Pod of its priority or more waits to be scheduled, or a bridge hold is active.
+func TestMoveToSeatsBeforeTheHandoff(t *testing.T) {
+	ready := corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}
+	for _, tc := range []struct {
+		name  string
+		extra []client.Object
+		moves bool
+	}{
+		{name: "seat placed", moves: true},
+		{name: "a surge Pod of a higher tier waits to be scheduled", extra: []client.Object{
+			buildtest.Pod("app", "web-new", buildtest.Protected(v1alpha1.TierStateless), buildtest.Phase(corev1.PodPending), buildtest.PodFunc(func(p *corev1.Pod) {
+				p.Spec.Priority = ptr.To[int32](10000)
+			}))}},
+		{name: "a bridge hold is active", extra: []client.Object{
+			buildtest.Pod("app", "held", buildtest.OnNode("spot-1"), buildtest.Protected(v1alpha1.TierStateless), buildtest.Running(), buildtest.PodFunc(func(p *corev1.Pod) {
+				p.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: nodeutil.FormatTime(hpaNow.Add(time.Minute))}
+			}))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"},
+				Spec: v1alpha1.WarmPoolSpec{ActiveDuration: &metav1.Duration{Duration: 5 * time.Minute}}}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1",
+				Labels:      map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateActive)},
+				Annotations: map[string]string{v1alpha1.AnnotationActivatedAt: nodeutil.FormatTime(hpaNow)}}}
+			var evicted []string
+			objs := append([]client.Object{pool, node, stsPod("db-0"),
+				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-7", Labels: map[string]string{corev1.LabelHostname: "ip-10-0-7-7"}}, Status: ready}}, tc.extra...)
+			c := fakeClient(interceptor.Funcs{
+				SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+					if sub == "eviction" {
+						evicted = append(evicted, obj.GetName())
+						return nil
+					}
+					return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+				},
+			}, objs...)
+			rec := events.NewFakeRecorder(100)
+			ctrl := New(c, clocktesting.NewFakeClock(hpaNow.Add(10*time.Second)), rec)
+
+			reconcileLB(t, ctrl) // the seat is made; it has no room yet
+			if len(evicted) != 0 {
+				t.Fatalf("evicted %v while its seat had no room", evicted)
+			}
+			list := &corev1.PodList{}
+			if err := c.List(context.Background(), list, client.InNamespace("lifeboat-system"), client.MatchingLabels{v1alpha1.LabelSeat: "true"}); err != nil || len(list.Items) != 1 {
+				t.Fatalf("seats %v, %v: want one", list.Items, err)
+			}
+			seat := list.Items[0]
+			seat.Spec.NodeName = "spot-7"
+			if err := c.Update(context.Background(), &seat); err != nil {
+				t.Fatal(err)
+			}
+			reconcileLB(t, ctrl)
+			if moved := len(evicted) == 1 && evicted[0] == "db-0"; moved != tc.moves {
+				t.Fatalf("evicted %v, want a move to the seat: %v", evicted, tc.moves)
+			}
+			if !tc.moves {
+				return
+			}
+			select {
+			case ev := <-rec.Events:
+				if !strings.Contains(ev, v1alpha1.EventSeatMove) || !strings.Contains(ev, "spot-7") {
+					t.Errorf("event %q, want %s naming the seat's node", ev, v1alpha1.EventSeatMove)
+				}
+			default:
+				t.Errorf("no %s event", v1alpha1.EventSeatMove)
+			}
+			lb := &corev1.Node{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "lb-1"}, lb); err != nil {
+				t.Fatal(err)
+			}
+			if r, _ := policy.ParseSeatRecord(lb.Annotations[v1alpha1.AnnotationSeats]); r.Host("app/db-0", hpaNow.Add(10*time.Second)) != "ip-10-0-7-7" {
+				t.Errorf("seat record %q, want app/db-0 on ip-10-0-7-7 before the move", lb.Annotations[v1alpha1.AnnotationSeats])
+			}
+			if lb.Labels[v1alpha1.LabelState] != string(v1alpha1.NodeStateActive) || lb.Spec.Unschedulable {
+				t.Errorf("the lifeboat was handed off (state %s, cordoned %v): an early move is not a handoff", lb.Labels[v1alpha1.LabelState], lb.Spec.Unschedulable)
+			}
+		})
+	}
+}
+
+// TestSeatsOfAGoneLifeboatAreDeleted: the WarmPool owns the seats (not the Node, which
+// Karpenter would take for a static Pod's owner), so the handoff deletes a lifeboat's seats
+// when the lifeboat is gone or leaves the active and draining states; another lifeboat's stay.
+// Every seat wakes its lifeboat at creation — the informer's first list at a start included.
+func TestSeatsOfAGoneLifeboatAreDeleted(t *testing.T) {
+	seat := func(name, lifeboat string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "lifeboat-system",
+			Labels:      map[string]string{v1alpha1.LabelSeat: "true"},
+			Annotations: map[string]string{v1alpha1.AnnotationSeatNode: lifeboat}}}
+	}
+	standby := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-2",
+		Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}}}
+	c := fakeClient(interceptor.Funcs{}, standby, seat("s-gone", "lb-1"), seat("s-standby", "lb-2"), seat("s-other", "lb-3"))
+	ctrl := New(c, clocktesting.NewFakeClock(hpaNow), events.NewFakeRecorder(10))
+	for _, node := range []string{"lb-1", "lb-2"} {
+		if _, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: node}}); err != nil {
+			t.Fatalf("reconcile %s: %v", node, err)
+		}
+	}
+	list := &corev1.PodList{}
+	if err := c.List(context.Background(), list, client.InNamespace("lifeboat-system")); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != "s-other" {
+		t.Errorf("seats left %v, want only s-other (its lifeboat lb-3 was not reconciled)", list.Items)
+	}
+	if got := seatLifeboat(context.Background(), seat("s", "lb-9")); len(got) != 1 || got[0].Name != "lb-9" {
+		t.Errorf("seatLifeboat = %v, want lb-9", got)
+	}
+	notSeat := stsPod("db-0")
+	if !seatCreated.Create(event.CreateEvent{Object: seat("s", "lb-9")}) || seatCreated.Create(event.CreateEvent{Object: notSeat}) ||
+		seatCreated.Update(event.UpdateEvent{ObjectOld: seat("s", "lb-9"), ObjectNew: seat("s", "lb-9")}) {
+		t.Errorf("seatCreated passes only a seat's creation")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,7 +26,7 @@ import (
 
 // syncSeats keeps one seat per Pod of the lifeboat node n that the handoff will evict, and
 // deletes the others (fetch, PlanSeats, write).
-func (c *Controller) syncSeats(ctx context.Context, n *corev1.Node) error {
+func (c *Controller) syncSeats(ctx context.Context, pool *v1alpha1.WarmPool, n *corev1.Node) error {
 	pods, err := podsOn(ctx, c.client, n.Name)
 	if err != nil {
 		return err
@@ -42,7 +43,7 @@ func (c *Controller) syncSeats(ctx context.Context, n *corev1.Node) error {
 	if err != nil {
 		return err
 	}
-	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, usableNodes(nodes), SeatSpec{Namespace: c.Namespace, Image: c.SeatImage, PrePullImages: !c.SeatPrePullOff})
+	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, usableNodes(nodes), SeatSpec{Namespace: c.Namespace, Image: c.SeatImage, PrePullImages: !c.SeatPrePullOff, Pool: pool})
 	var errs []error
 	for _, s := range plan.Create {
 		if err := c.client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -56,6 +57,23 @@ func (c *Controller) syncSeats(ctx context.Context, n *corev1.Node) error {
 			errs = append(errs, err)
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// leftover clears what a lifeboat node that is gone, or no longer active or draining, left
+// behind: its seats (nothing else deletes them: the WarmPool owns them) and its handoff surges.
+func (c *Controller) leftover(ctx context.Context, node string) error {
+	seats, err := c.listSeats(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range seats {
+		if s.Annotations[v1alpha1.AnnotationSeatNode] == node && s.DeletionTimestamp.IsZero() {
+			errs = append(errs, c.deleteSeat(ctx, s.Name))
+		}
+	}
+	errs = append(errs, c.endOrphanSurges(ctx, node))
 	return errors.Join(errs...)
 }
 
@@ -108,11 +126,108 @@ func usableNodes(nodes map[string]*corev1.Node) map[string]bool {
 	return out
 }
 
+// seatState is what decides whether a Pod may leave for its seat: every seat (by name), the
+// Nodes they are placed on and which of those can take a Pod, and the protected Pods waiting to
+// be scheduled.
+type seatState struct {
+	seats   []*corev1.Pod
+	byName  map[string]*corev1.Pod
+	nodes   map[string]*corev1.Node
+	usable  map[string]bool
+	waiting []*corev1.Pod
+}
+
+func (c *Controller) seatView(ctx context.Context) (*seatState, error) {
+	seats, err := c.listSeats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := c.seatNodes(ctx, seats)
+	if err != nil {
+		return nil, err
+	}
+	waiting, err := c.waitingProtectedPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sv := &seatState{seats: seats, byName: map[string]*corev1.Pod{}, nodes: nodes, usable: usableNodes(nodes), waiting: waiting}
+	for _, s := range seats {
+		sv.byName[s.Name] = s
+	}
+	return sv, nil
+}
+
+// allowsEviction: SeatAllowsEviction for Pod p of a lifeboat draining for draining.
+func (sv *seatState) allowsEviction(p *corev1.Pod, draining time.Duration) bool {
+	seat := sv.byName[SeatName(p.Namespace, p.Name)]
+	return SeatAllowsEviction(seat, seat != nil && sv.usable[seat.Spec.NodeName], Contested(p, sv.waiting), draining)
+}
+
+// moveToSeats moves, while lifeboat n is still active, each Pod that needs a seat, has a
+// controller to re-create it, and whose seat already holds usable room no waiting Pod would
+// take first: it is evicted (its PDB applies) and its replacement goes to the seat's node,
+// images pulled, instead of waiting for the handoff — the room is there, and the lifeboat's
+// remaining time is better spent on Pods that have none yet. It returns whether the node
+// still has Pods waiting for their seats (poll until then), and never moves a Pod while a
+// bridge hold is active (the bridge's moves onto lifeboats share the same PDBs and come first).
+func (c *Controller) moveToSeats(ctx context.Context, pool *v1alpha1.WarmPool, n *corev1.Node, now time.Time) (bool, error) {
+	pods, err := podsOn(ctx, c.client, n.Name)
+	if err != nil {
+		return false, err
+	}
+	rsToDeploy, err := c.replicaSetOwners(ctx, pods)
+	if err != nil {
+		return false, err
+	}
+	groups := GroupPods(pods, rsToDeploy)
+	var movable []*corev1.Pod
+	for _, g := range groups {
+		for _, p := range g.Pods {
+			if NeedsSeat(g, p) && metav1.GetControllerOf(p) != nil {
+				movable = append(movable, p)
+			}
+		}
+	}
+	if len(movable) == 0 {
+		return false, nil
+	}
+	if until, err := c.latestHold(ctx, now); err != nil || now.Before(until) {
+		return true, err
+	}
+	sv, err := c.seatView(ctx)
+	if err != nil {
+		return true, err
+	}
+	var errs []error
+	if err := c.recordSeats(ctx, n, groups, sv, now); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range movable {
+		if !sv.allowsEviction(p, 0) {
+			continue
+		}
+		err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+		switch {
+		case err == nil:
+			seat := sv.byName[SeatName(p.Namespace, p.Name)]
+			klog.FromContext(ctx).V(2).Info("Moved a Pod to its seat", "pod", klog.KObj(p), "seatNode", seat.Spec.NodeName)
+			c.recorder.Eventf(p, pool, corev1.EventTypeNormal, v1alpha1.EventSeatMove, "Move",
+				"Moved off lifeboat %s to the room its seat kept on %s (images pulled there), ahead of the handoff", n.Name, seat.Spec.NodeName)
+		case apierrors.IsTooManyRequests(err), apierrors.IsNotFound(err):
+			// Its PDB paces the moves (or it is gone): the next pass tries again.
+		default:
+			errs = append(errs, fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err))
+		}
+	}
+	return true, errors.Join(errs...)
+}
+
 // recordSeats writes, on lifeboat node n, where the seat of each Pod the handoff will evict
 // holds usable room (AnnotationSeats; fetch, SeatHosts, write only when it changes).
-func (c *Controller) recordSeats(ctx context.Context, n *corev1.Node, groups []Group, seats []*corev1.Pod, nodes map[string]*corev1.Node, now time.Time) error {
+func (c *Controller) recordSeats(ctx context.Context, n *corev1.Node, groups []Group, sv *seatState, now time.Time) error {
+	seats := sv.seats
 	hosts := map[string]string{}
-	for name, node := range nodes {
+	for name, node := range sv.nodes {
 		if SeatNodeUsable(node) {
 			hosts[name] = node.Labels[corev1.LabelHostname]
 			if hosts[name] == "" {
@@ -171,6 +286,24 @@ func podNode(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.NodeName}}}
+}
+
+// seatLifeboat maps a seat to its lifeboat node.
+func seatLifeboat(_ context.Context, o client.Object) []reconcile.Request {
+	if node := o.GetAnnotations()[v1alpha1.AnnotationSeatNode]; node != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: node}}}
+	}
+	return nil
+}
+
+// seatCreated passes a seat's create event: every seat at the controller's start (the
+// informer's first list), so that a lifeboat deleted while the controller was down still has
+// its seats deleted.
+var seatCreated = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return e.Object.GetLabels()[v1alpha1.LabelSeat] == "true" },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // protectedPodGone passes a protected Pod bound to a node turning terminal (a kubelet puts a
