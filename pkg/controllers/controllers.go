@@ -163,6 +163,7 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 	if !bo.Off {
 		br := bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)
 		br.YieldTo(intr)
+		br.Seats = &handoff.SeatSpec{Namespace: ho.Namespace, Image: ho.SeatImage, PrePullImages: !ho.SeatPrePullOff}
 		reconcilers["bridge"] = br
 	}
 	if !d.ReclaimBack.Off {

@@ -61,6 +61,9 @@ type Controller struct {
 	// resumes, when set, are the resume decisions in flight: hold writes wait for them
 	// (at most yieldToResumes).
 	resumes ResumesInFlight
+	// Seats, when set, is how the handoff makes seats: a held StatefulSet Pod gets its seat
+	// at the hold (NodePlan.Seat). Nil: seats come only from the lifeboat's handoff.
+	Seats *handoff.SeatSpec
 }
 
 // ResumesInFlight is the interruption controller's view of its decisions on their way to
@@ -176,6 +179,10 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 			errs = append(errs, err)
 		}
 	}
+	if err := c.ensureSeats(ctx, n, plan.Seat); err != nil {
+		// Seats only save time: the bridge goes on without them.
+		logger.Error(err, "Making the handoff seats of held StatefulSet Pods")
+	}
 	if onlyConflicts(errs) {
 		// Another reconcile (a surge of the same Deployment for another node) wrote first:
 		// look again soon, outside the failure backoff, which would grow with every burst.
@@ -264,6 +271,31 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 
 // podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index; the
 // cache's own objects: read only).
+// ensureSeats creates the handoff seat of each Pod that has none yet (handoff.Seat, made for
+// interrupted node n; the seat's lifeboat adopts it once the Pod is there).
+func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*corev1.Pod) error {
+	if c.Seats == nil {
+		return nil
+	}
+	var errs []error
+	for _, p := range pods {
+		key := types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}
+		if err := c.client.Get(ctx, key, &corev1.Pod{}); err == nil || !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		seat := handoff.Seat(p, n, *c.Seats)
+		if err := c.client.Create(ctx, seat); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				errs = append(errs, fmt.Errorf("create seat %s for %s: %w", seat.Name, klog.KObj(p), err))
+			}
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Seat created at the hold", "seat", seat.Name, "pod", klog.KObj(p))
+	}
+	return errors.Join(errs...)
+}
+
 func (c *Controller) podsOn(ctx context.Context, node string) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := c.client.List(ctx, list, client.MatchingFields{IndexPodNodeName: node}, client.UnsafeDisableDeepCopy); err != nil {

@@ -707,3 +707,45 @@ func TestSurgeWaitsForReadyLifeboat(t *testing.T) {
 		t.Errorf("replicas %d once the lifeboat is Ready, want 8 (6 + the 2 held Pods)", got)
 	}
 }
+
+// TestHeldStatefulSetPodsGetSeatsAtTheHold: a held StatefulSet Pod gets its handoff seat as it
+// is held — Karpenter launches the room it moves to after the lifeboat at the notice — made
+// once, for the interrupted node (the lifeboat adopts it later); a held Deployment Pod (it
+// surges) gets none; without a SeatSpec, none at all.
+func TestHeldStatefulSetPodsGetSeatsAtTheHold(t *testing.T) {
+	db := appPod("db-0", "spot-1", true, true)
+	db.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	seats := func(h *harness) []corev1.Pod {
+		list := &corev1.PodList{}
+		if err := h.c.List(context.Background(), list, client.InNamespace("lifeboat-system")); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	objs := []client.Object{interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db,
+		appPod("api-0", "spot-1", true, true), apiReplicaSet(), apiDeployment(3, nil)}
+
+	h := newHarness(t, objs...)
+	h.ctrl.Seats = &handoff.SeatSpec{Namespace: "lifeboat-system", PrePullImages: true}
+	h.reconcileNode(t, "spot-1")
+	h.reconcileNode(t, "spot-1")
+	got := seats(h)
+	if len(got) != 1 {
+		t.Fatalf("seats %d, want one: db-0's (api-0 surges)", len(got))
+	}
+	s := got[0]
+	if s.Name != handoff.SeatName("app", "db-0") || s.Annotations[v1alpha1.AnnotationSeatNode] != "spot-1" || s.Annotations[v1alpha1.AnnotationSeatFor] != "app/db-0" {
+		t.Errorf("seat %s for %q on %q, want db-0's, made for spot-1", s.Name, s.Annotations[v1alpha1.AnnotationSeatFor], s.Annotations[v1alpha1.AnnotationSeatNode])
+	}
+	if h.hold(t, "db-0") == "" {
+		t.Errorf("db-0 was not held")
+	}
+
+	h = newHarness(t, objs...)
+	h.reconcileNode(t, "spot-1")
+	if got := seats(h); len(got) != 0 {
+		t.Errorf("seats without a SeatSpec: %d", len(got))
+	}
+}

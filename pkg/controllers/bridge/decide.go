@@ -131,6 +131,11 @@ type NodePlan struct {
 	Surge []*corev1.Pod
 	// Move are held StatefulSet Pods to release and evict now (at most one per StatefulSet).
 	Move []*corev1.Pod
+	// Seat are the held (or now held) StatefulSet Pods: each gets its handoff seat now
+	// (handoff.Seat), so that Karpenter launches the room the Pod moves to after the lifeboat
+	// at the notice — when it would launch it for the evicted Pod without Lifeboat — and not
+	// only once the Pod is on the lifeboat. The lifeboat's handoff adopts the seat.
+	Seat []*corev1.Pod
 	// Busy: something is still held or pending on the node; look again after Options.Poll.
 	Busy bool
 }
@@ -213,12 +218,18 @@ func PlanNode(s NodeState, o Options) NodePlan {
 			if anyReady && replicaSetOwned(p) {
 				plan.Surge = append(plan.Surge, p)
 			}
+			if statefulSetOf(p) != "" {
+				plan.Seat = append(plan.Seat, p)
+			}
 		default: // held
 			plan.Busy = true
 			if anyReady && replicaSetOwned(p) {
 				plan.Surge = append(plan.Surge, p)
 			}
 			sts := statefulSetOf(p)
+			if sts != "" {
+				plan.Seat = append(plan.Seat, p)
+			}
 			if sts != "" && anyReady && s.SettledStatefulSets[sts] && !moving[sts] {
 				moving[sts] = true
 				plan.Move = append(plan.Move, p)

@@ -81,6 +81,8 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode), builder.WithPredicates(protectedPodGone)).
 		// A seat seen (at start too): its lifeboat's pass deletes it if the lifeboat is gone.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(seatLifeboat), builder.WithPredicates(seatCreated)).
+		// An interrupted node gone: the seats made at its holds that no lifeboat adopted go.
+		Watches(&corev1.Node{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(interruptedNodeDeleted)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(c)
 }
@@ -92,12 +94,18 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	n := &corev1.Node{}
 	if err := c.client.Get(ctx, req.NamespacedName, n); err != nil {
 		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, c.leftover(ctx, req.Name)
+			return c.leftover(ctx, req.Name)
 		}
 		return reconcile.Result{}, err
 	}
+	if nodeutil.Pool(n) == "" {
+		// Not a lifeboat: an interrupted node whose held Pods got seats at the hold (the
+		// bridge), woken by a seat or a Pod. Its seats are its Pods' lifeboats' to adopt, or
+		// go with it.
+		return reconcile.Result{}, c.endOrphanSurges(ctx, n.Name)
+	}
 	if !nodeutil.InPoolState(n, serving...) {
-		return reconcile.Result{}, c.leftover(ctx, n.Name)
+		return c.leftover(ctx, n.Name)
 	}
 	pool := &v1alpha1.WarmPool{}
 	if err := c.client.Get(ctx, types.NamespacedName{Name: nodeutil.Pool(n)}, pool); err != nil {

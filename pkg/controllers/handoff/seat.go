@@ -184,7 +184,7 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 		seat.Spec.Volumes = PrePullVolumes(p)
 	}
 	if spec.Pool != nil {
-		seat.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "WarmPool", Name: spec.Pool.Name, UID: spec.Pool.UID}}
+		seat.OwnerReferences = []metav1.OwnerReference{poolOwner(spec.Pool)}
 	}
 	return seat
 }
@@ -254,11 +254,15 @@ func seatTolerations(in []corev1.Toleration) []corev1.Toleration {
 type SeatPlan struct {
 	Create []*corev1.Pod
 	Delete []string
+	// Adopt are seats made for one of the node's Pods elsewhere — by the bridge, at the hold
+	// on the interrupted node the Pod came from — that become this lifeboat's (AdoptSeat).
+	Adopt []*corev1.Pod
 }
 
 // PlanSeats compares the seats a lifeboat node needs (one per Pod of its groups that NeedsSeat)
-// with those it has. A seat placed on a node not in usable (SeatNodeUsable, by node name) is
-// deleted, and made again by a later plan. Pure.
+// with those it has. A seat another node made for one of them is adopted. A seat placed on a
+// node not in usable (SeatNodeUsable, by node name) is deleted, and made again by a later plan.
+// Pure.
 func PlanSeats(node *corev1.Node, groups []Group, existing []*corev1.Pod, usable map[string]bool, spec SeatSpec) SeatPlan {
 	want, keep := map[string]*corev1.Pod{}, map[string]bool{}
 	for _, g := range groups {
@@ -274,12 +278,17 @@ func PlanSeats(node *corev1.Node, groups []Group, existing []*corev1.Pod, usable
 	var plan SeatPlan
 	have := map[string]bool{}
 	for _, s := range existing {
-		if s.Annotations[v1alpha1.AnnotationSeatNode] != node.Name {
+		adopt := s.Annotations[v1alpha1.AnnotationSeatNode] != node.Name && want[s.Name] != nil
+		if s.Annotations[v1alpha1.AnnotationSeatNode] != node.Name && !adopt {
 			continue
 		}
 		have[s.Name] = true
-		if (!keep[s.Name] || (s.Spec.NodeName != "" && !usable[s.Spec.NodeName])) && s.DeletionTimestamp.IsZero() {
+		switch {
+		case !s.DeletionTimestamp.IsZero():
+		case !keep[s.Name] || (s.Spec.NodeName != "" && !usable[s.Spec.NodeName]):
 			plan.Delete = append(plan.Delete, s.Name)
+		case adopt:
+			plan.Adopt = append(plan.Adopt, AdoptSeat(s, node, spec))
 		}
 	}
 	for _, name := range sortedNames(want) {
@@ -289,6 +298,24 @@ func PlanSeats(node *corev1.Node, groups []Group, existing []*corev1.Pod, usable
 	}
 	slices.Sort(plan.Delete)
 	return plan
+}
+
+// AdoptSeat is seat made this lifeboat node's: its seat-node annotation names node, and the
+// WarmPool owns it as it owns the seats the handoff makes. Pure.
+func AdoptSeat(seat *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
+	out := seat.DeepCopy()
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[v1alpha1.AnnotationSeatNode] = node.Name
+	if spec.Pool != nil {
+		out.OwnerReferences = []metav1.OwnerReference{poolOwner(spec.Pool)}
+	}
+	return out
+}
+
+func poolOwner(pool *v1alpha1.WarmPool) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "WarmPool", Name: pool.Name, UID: pool.UID}
 }
 
 func sortedNames(m map[string]*corev1.Pod) []string {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,6 +140,7 @@ func TestPlanSeats(t *testing.T) {
 		existing   []*corev1.Pod
 		wantCreate []string
 		wantDelete []string
+		wantAdopt  []string
 	}{
 		"none yet: a seat per Pod to evict, not for surging or finishing Pods": {
 			wantCreate: []string{"app/db-0", "app/db-1"}},
@@ -150,6 +152,11 @@ func TestPlanSeats(t *testing.T) {
 			wantDelete: []string{SeatName("app", "db-0")}},
 		"a seat on a usable node stays":           {existing: []*corev1.Pod{placedOn(seat("db-0", "lb-1"), "spot-7"), seat("db-1", "lb-1")}},
 		"another lifeboat's seats are left alone": {existing: []*corev1.Pod{seat("db-0", "lb-1"), seat("db-1", "lb-1"), seat("db-9", "lb-2")}},
+		"a seat made at the hold on the interrupted node is adopted, not made again": {
+			existing: []*corev1.Pod{placedOn(seat("db-0", "spot-interrupted"), "spot-7"), seat("db-1", "lb-1")}, wantAdopt: []string{SeatName("app", "db-0")}},
+		"an adopted seat on a node going away is replaced": {
+			existing:   []*corev1.Pod{placedOn(seat("db-0", "spot-interrupted"), "spot-dying"), seat("db-1", "lb-1")},
+			wantDelete: []string{SeatName("app", "db-0")}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			plan := PlanSeats(node, groups, tc.existing, map[string]bool{"spot-7": true, "spot-dying": false}, SeatSpec{Namespace: "lifeboat-system"})
@@ -158,6 +165,16 @@ func TestPlanSeats(t *testing.T) {
 			}
 			if !reflect.DeepEqual(plan.Delete, tc.wantDelete) {
 				t.Errorf("delete %v, want %v", plan.Delete, tc.wantDelete)
+			}
+			var adopted []string
+			for _, a := range plan.Adopt {
+				adopted = append(adopted, a.Name)
+				if a.Annotations[v1alpha1.AnnotationSeatNode] != "lb-1" {
+					t.Errorf("adopted seat %s names %q, want lb-1", a.Name, a.Annotations[v1alpha1.AnnotationSeatNode])
+				}
+			}
+			if !reflect.DeepEqual(adopted, tc.wantAdopt) {
+				t.Errorf("adopt %v, want %v", adopted, tc.wantAdopt)
 			}
 		})
 	}
@@ -534,9 +551,21 @@ func TestSeatsOfAGoneLifeboatAreDeleted(t *testing.T) {
 	}
 	standby := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-2",
 		Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}}}
-	c := fakeClient(interceptor.Funcs{}, standby, seat("s-gone", "lb-1"), seat("s-standby", "lb-2"), seat("s-other", "lb-3"))
+	// An interrupted node still there: the seats made at its holds wait for their lifeboats.
+	interrupted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1",
+		Annotations: map[string]string{v1alpha1.AnnotationResumeDecision: "resumed"}}}
+	// db-0 moved on to active lifeboat lb-4: its seat, made at the hold on spot-1, waits for
+	// lb-4 to adopt it even once spot-1 is gone (Karpenter deletes a drained node at once).
+	moving := seat("s-moving", "spot-1")
+	moving.Annotations[v1alpha1.AnnotationSeatFor] = "app/db-0"
+	onLB4 := stsPod("db-0")
+	onLB4.Spec.NodeName = "lb-4"
+	lb4 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-4",
+		Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateActive)}}}
+	c := fakeClient(interceptor.Funcs{}, standby, interrupted, seat("s-gone", "lb-1"), seat("s-standby", "lb-2"), seat("s-other", "lb-3"),
+		seat("s-held", "spot-1"), moving, onLB4, lb4)
 	ctrl := New(c, clocktesting.NewFakeClock(hpaNow), events.NewFakeRecorder(10))
-	for _, node := range []string{"lb-1", "lb-2"} {
+	for _, node := range []string{"lb-1", "lb-2", "spot-1"} {
 		if _, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: node}}); err != nil {
 			t.Fatalf("reconcile %s: %v", node, err)
 		}
@@ -545,8 +574,29 @@ func TestSeatsOfAGoneLifeboatAreDeleted(t *testing.T) {
 	if err := c.List(context.Background(), list, client.InNamespace("lifeboat-system")); err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 1 || list.Items[0].Name != "s-other" {
-		t.Errorf("seats left %v, want only s-other (its lifeboat lb-3 was not reconciled)", list.Items)
+	var left []string
+	for _, p := range list.Items {
+		left = append(left, p.Name)
+	}
+	if slices.Sort(left); !reflect.DeepEqual(left, []string{"s-held", "s-moving", "s-other"}) {
+		t.Errorf("seats left %v, want s-held (its interrupted node is there) and s-other (lb-3 was not reconciled)", left)
+	}
+	// The interrupted node goes (reclaimed): the seat no lifeboat adopted goes with it.
+	if !interruptedNodeDeleted.Delete(event.DeleteEvent{Object: interrupted}) || interruptedNodeDeleted.Delete(event.DeleteEvent{Object: standby}) {
+		t.Errorf("interruptedNodeDeleted passes a decided node's deletion only, never a lifeboat's")
+	}
+	if err := c.Delete(context.Background(), interrupted); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "spot-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "lifeboat-system", Name: "s-held"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the seat of a gone interrupted node: %v, want it deleted", err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "lifeboat-system", Name: "s-moving"}, &corev1.Pod{}); err != nil || res.RequeueAfter == 0 {
+		t.Errorf("the seat of a Pod on an active lifeboat: %v, requeue %v; want it kept for the lifeboat, and a look again", err, res.RequeueAfter)
 	}
 	if got := seatLifeboat(context.Background(), seat("s", "lb-9")); len(got) != 1 || got[0].Name != "lb-9" {
 		t.Errorf("seatLifeboat = %v, want lb-9", got)
@@ -555,5 +605,73 @@ func TestSeatsOfAGoneLifeboatAreDeleted(t *testing.T) {
 	if !seatCreated.Create(event.CreateEvent{Object: seat("s", "lb-9")}) || seatCreated.Create(event.CreateEvent{Object: notSeat}) ||
 		seatCreated.Update(event.UpdateEvent{ObjectOld: seat("s", "lb-9"), ObjectNew: seat("s", "lb-9")}) {
 		t.Errorf("seatCreated passes only a seat's creation")
+	}
+}
+
+// TestLifeboatAdoptsTheSeatMadeAtTheHold: the bridge made db-0's seat at the hold, on the
+// interrupted node; once db-0 runs on the lifeboat, the lifeboat's pass adopts it (its
+// seat-node annotation, the WarmPool as owner) instead of making a second one.
+func TestLifeboatAdoptsTheSeatMadeAtTheHold(t *testing.T) {
+	pool := &v1alpha1.WarmPool{ObjectMeta: metav1.ObjectMeta{Name: "pool", UID: "pool-uid"},
+		Spec: v1alpha1.WarmPoolSpec{ActiveDuration: &metav1.Duration{Duration: time.Minute}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1",
+		Labels:      map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateActive)},
+		Annotations: map[string]string{v1alpha1.AnnotationActivatedAt: nodeutil.FormatTime(hpaNow)}}}
+	interrupted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1"}}
+	held := Seat(stsPod("db-0"), interrupted, SeatSpec{Namespace: "lifeboat-system"})
+	held.Spec.NodeName = "spot-7"
+	spot7 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-7"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	c := fakeClient(interceptor.Funcs{}, pool, node, stsPod("db-0"), held, spot7)
+	ctrl := New(c, clocktesting.NewFakeClock(hpaNow.Add(10*time.Second)), events.NewFakeRecorder(100))
+	reconcileLB(t, ctrl)
+	list := &corev1.PodList{}
+	if err := c.List(context.Background(), list, client.InNamespace("lifeboat-system")); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("seats %d, want the one made at the hold", len(list.Items))
+	}
+	s := list.Items[0]
+	if s.Annotations[v1alpha1.AnnotationSeatNode] != "lb-1" || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != "pool-uid" || s.Spec.NodeName != "spot-7" {
+		t.Errorf("seat %s: seat-node %q owners %v node %q, want lb-1's, the pool's, still on spot-7", s.Name, s.Annotations[v1alpha1.AnnotationSeatNode], s.OwnerReferences, s.Spec.NodeName)
+	}
+}
+
+func TestSeatAwaitsAdoption(t *testing.T) {
+	now := hpaNow
+	lifeboat := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1",
+		Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateActive)}}}
+	standby := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-2",
+		Labels: map[string]string{v1alpha1.LabelPool: "pool", v1alpha1.LabelState: string(v1alpha1.NodeStateStandby)}}}
+	karpenter := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-7"}}
+	pending := func(age time.Duration) *corev1.Pod {
+		p := stsPod("db-0")
+		p.Spec.NodeName = ""
+		p.CreationTimestamp = metav1.NewTime(now.Add(-age))
+		return p
+	}
+	deleting := stsPod("db-0")
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	failed := stsPod("db-0")
+	failed.Status.Phase = corev1.PodFailed
+	for name, tc := range map[string]struct {
+		p    *corev1.Pod
+		at   *corev1.Node
+		want bool
+	}{
+		"on an active lifeboat: it adopts the seat": {p: stsPod("db-0"), at: lifeboat, want: true},
+		"re-created a moment ago, not bound yet":    {p: pending(5 * time.Second), want: true},
+		"pending past SeatAdoptWait":                {p: pending(SeatAdoptWait)},
+		"gone":                                      {},
+		"deleting":                                  {p: deleting, at: lifeboat},
+		"terminal":                                  {p: failed, at: lifeboat},
+		"on Karpenter's capacity: no lifeboat to adopt": {p: stsPod("db-0"), at: karpenter},
+		"on a lifeboat not serving":                     {p: stsPod("db-0"), at: standby},
+		"bound to a node gone":                          {p: stsPod("db-0")},
+	} {
+		if got := SeatAwaitsAdoption(tc.p, tc.at, now); got != tc.want {
+			t.Errorf("%s: SeatAwaitsAdoption = %v, want %v", name, got, tc.want)
+		}
 	}
 }

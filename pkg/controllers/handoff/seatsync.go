@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,11 +47,30 @@ func (c *Controller) syncSeats(ctx context.Context, pool *v1alpha1.WarmPool, n *
 	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, usableNodes(nodes), SeatSpec{Namespace: c.Namespace, Image: c.SeatImage, PrePullImages: !c.SeatPrePullOff, Pool: pool})
 	var errs []error
 	for _, s := range plan.Create {
-		if err := c.client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-			errs = append(errs, fmt.Errorf("create seat %s for %s: %w", s.Name, s.Annotations[v1alpha1.AnnotationSeatFor], err))
+		if err := c.client.Create(ctx, s); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				errs = append(errs, fmt.Errorf("create seat %s for %s: %w", s.Name, s.Annotations[v1alpha1.AnnotationSeatFor], err))
+			}
 			continue
 		}
 		klog.FromContext(ctx).V(2).Info("Seat created", "seat", s.Name, "for", s.Annotations[v1alpha1.AnnotationSeatFor])
+	}
+	for _, s := range plan.Adopt {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"annotations":     map[string]string{v1alpha1.AnnotationSeatNode: n.Name},
+			"ownerReferences": s.OwnerReferences,
+		}})
+		if err != nil {
+			return err
+		}
+		old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}
+		if err := c.client.Patch(ctx, old, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("adopt seat %s for %s: %w", s.Name, s.Annotations[v1alpha1.AnnotationSeatFor], err))
+			}
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Seat adopted", "seat", s.Name, "for", s.Annotations[v1alpha1.AnnotationSeatFor], "seatNode", s.Spec.NodeName)
 	}
 	for _, name := range plan.Delete {
 		if err := c.deleteSeat(ctx, name); err != nil {
@@ -60,21 +80,81 @@ func (c *Controller) syncSeats(ctx context.Context, pool *v1alpha1.WarmPool, n *
 	return errors.Join(errs...)
 }
 
-// leftover clears what a lifeboat node that is gone, or no longer active or draining, left
-// behind: its seats (nothing else deletes them: the WarmPool owns them) and its handoff surges.
-func (c *Controller) leftover(ctx context.Context, node string) error {
+// leftover clears what a node that is gone — a lifeboat, or an interrupted node whose held
+// Pods got seats — or a lifeboat no longer active or draining left behind: its handoff surges,
+// and its seats (nothing else deletes them: the WarmPool owns them, or nothing does) but those
+// whose Pod is on its way to a lifeboat that will adopt them (SeatAwaitsAdoption): Karpenter
+// deletes an interrupted node as soon as its last Pod left — the bridge's move of a
+// StatefulSet Pod to its lifeboat, a second before the lifeboat adopts the seat. Looks again
+// after Poll while such a seat waits.
+func (c *Controller) leftover(ctx context.Context, node string) (reconcile.Result, error) {
 	seats, err := c.listSeats(ctx)
 	if err != nil {
-		return err
+		return reconcile.Result{}, err
 	}
 	var errs []error
+	waiting := false
 	for _, s := range seats {
-		if s.Annotations[v1alpha1.AnnotationSeatNode] == node && s.DeletionTimestamp.IsZero() {
-			errs = append(errs, c.deleteSeat(ctx, s.Name))
+		if s.Annotations[v1alpha1.AnnotationSeatNode] != node || !s.DeletionTimestamp.IsZero() {
+			continue
 		}
+		p, at, err := c.seatPod(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if SeatAwaitsAdoption(p, at, c.clock.Now()) {
+			waiting = true
+			continue
+		}
+		errs = append(errs, c.deleteSeat(ctx, s.Name))
 	}
 	errs = append(errs, c.endOrphanSurges(ctx, node))
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return reconcile.Result{}, err
+	}
+	if waiting {
+		return reconcile.Result{RequeueAfter: c.Poll}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// seatPod is the Pod seat s keeps room for (nil: gone) and the Node it is bound to (nil: not
+// bound, or gone).
+func (c *Controller) seatPod(ctx context.Context, s *corev1.Pod) (*corev1.Pod, *corev1.Node, error) {
+	ns, name, ok := strings.Cut(s.Annotations[v1alpha1.AnnotationSeatFor], "/")
+	if !ok {
+		return nil, nil, nil
+	}
+	p := &corev1.Pod{}
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	if p.Spec.NodeName == "" {
+		return p, nil, nil
+	}
+	n := &corev1.Node{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: p.Spec.NodeName}, n); err != nil {
+		return p, nil, client.IgnoreNotFound(err)
+	}
+	return p, n, nil
+}
+
+// SeatAdoptWait bounds how long a seat whose node is gone waits for its Pod, re-created and
+// not yet bound, to reach a lifeboat.
+const SeatAdoptWait = 30 * time.Second
+
+// SeatAwaitsAdoption says whether a seat whose node left must stay for its Pod p (nil: gone),
+// bound to node at (nil: none): p runs on an active or draining lifeboat (whose pass adopts the
+// seat), or was re-created less than SeatAdoptWait ago and is not bound yet. Pure.
+func SeatAwaitsAdoption(p *corev1.Pod, at *corev1.Node, now time.Time) bool {
+	if p == nil || !p.DeletionTimestamp.IsZero() || nodeutil.IsTerminal(p) {
+		return false
+	}
+	if p.Spec.NodeName == "" {
+		return now.Sub(p.CreationTimestamp.Time) < SeatAdoptWait
+	}
+	return at != nil && nodeutil.InPoolState(at, serving...)
 }
 
 func (c *Controller) deleteSeat(ctx context.Context, name string) error {
@@ -304,6 +384,18 @@ var seatCreated = predicate.Funcs{
 	UpdateFunc:  func(event.UpdateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// interruptedNodeDeleted passes the deletion of a node the interruption controller decided
+// (not a lifeboat): the bridge may have made seats at its holds.
+var interruptedNodeDeleted = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		_, decided := e.Object.GetAnnotations()[v1alpha1.AnnotationResumeDecision]
+		return decided && e.Object.GetLabels()[v1alpha1.LabelPool] == ""
+	},
 }
 
 // protectedPodGone passes a protected Pod bound to a node turning terminal (a kubelet puts a

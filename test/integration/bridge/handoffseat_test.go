@@ -18,6 +18,10 @@ import (
 type seenSeat struct {
 	node     string
 	prePulls []string // its image volumes' references
+	// madeFor is the node its lifeboat.dev/seat-node annotation first named (the bridge
+	// makes a held StatefulSet Pod's seat at the hold, for the interrupted node); lifeboat the
+	// node it last named (the lifeboat that adopted it).
+	madeFor, lifeboat string
 }
 
 // handoffSeatWatch polls the handoff's seats (placeholder Pods in Lifeboat's namespace): they
@@ -40,10 +44,16 @@ func (e *env) watchHandoffSeats(t *testing.T) *handoffSeatWatch {
 			if err == nil {
 				w.mu.Lock()
 				for _, p := range list.Items {
+					s := w.seats[p.Name]
+					if s.madeFor == "" {
+						s.madeFor = p.Annotations[v1alpha1.AnnotationSeatNode]
+					}
+					s.lifeboat = p.Annotations[v1alpha1.AnnotationSeatNode]
 					if p.Spec.NodeName == "" {
+						w.seats[p.Name] = s
 						continue
 					}
-					s := seenSeat{node: p.Spec.NodeName}
+					s.node, s.prePulls = p.Spec.NodeName, nil
 					for _, v := range p.Spec.Volumes {
 						if v.Image != nil {
 							s.prePulls = append(s.prePulls, v.Image.Reference)
@@ -79,7 +89,7 @@ func (w *handoffSeatWatch) get(name string) (seenSeat, bool) {
 // checks that each replica that had a seat went to it: the seat pre-pulled the Pod's image,
 // the replacement prefers the seat's node (the webhook, from the lifeboat's seat record) and
 // is bound there.
-func (e *env) checkHandoffToSeats(t *testing.T, ns string, w workload, replicas int, boats *seatWatch, seats *handoffSeatWatch) {
+func (e *env) checkHandoffToSeats(t *testing.T, ns string, w workload, replicas int, interrupted string, boats *seatWatch, seats *handoffSeatWatch) {
 	t.Helper()
 	var final []corev1.Pod
 	waitFor(t, "the handoff to move every replica off the lifeboats", 3*time.Minute, func(ctx context.Context) (bool, string) {
@@ -100,10 +110,13 @@ func (e *env) checkHandoffToSeats(t *testing.T, ns string, w workload, replicas 
 	for i := range final {
 		p := &final[i]
 		s, ok := seats.get(handoff.SeatName(ns, p.Name))
-		if !ok {
+		if !ok || s.node == "" {
 			continue // it never was on a lifeboat when the handoff came
 		}
 		seated++
+		if s.madeFor != interrupted || !boats.isBoat(s.lifeboat) {
+			t.Errorf("%s's seat was first made for %q and last belonged to %q: want made at the hold for the interrupted node %s, adopted by a lifeboat", p.Name, s.madeFor, s.lifeboat, interrupted)
+		}
 		if len(s.prePulls) != 1 || s.prePulls[0] != image {
 			t.Errorf("%s's seat pre-pulled %v, want [%s] (an image volume)", p.Name, s.prePulls, image)
 		}

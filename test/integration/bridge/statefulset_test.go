@@ -22,10 +22,11 @@ var statefulSetFlags = bridgeFlags{notice: 40 * time.Second, margin: 5 * time.Se
 //     write that deletes an old Pod is later than the Node write that showed the seat.
 //   - No old Pod is evicted or deleted before its hold was decided, or evicted while held; all
 //     five are gone before the reclaim and run again, Ready, on the lifeboat.
-//   - At the handoff, each replica the lifeboat hosts leaves for its seat: the seat (admitted
-//     under Pod Security "restricted") mounted the Pod's image as an image volume, so the
-//     seat's node pulled it; the replacement carries the webhook's preference for that node
-//     and is bound there; still never two down.
+//   - At the handoff, each replica the lifeboat hosts leaves for its seat: the seat was made
+//     at the hold, for the interrupted node, and adopted by the lifeboat; it (admitted under
+//     Pod Security "restricted") mounted the Pod's image as an image volume, so the seat's
+//     node pulled it; the replacement carries the webhook's preference for that node and is
+//     bound there; still never two down.
 //
 // The shared WarmPool's activeDuration (30 s) is shorter than five moves: the lifeboat must not
 // hand off while the bridge still holds Pods for it. It did on 2026-12-02 (the bridge then gave
@@ -81,7 +82,7 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 		t.Errorf("the %d replicas did not all come back Ready, one at least on the lifeboat: %v", replicas, err)
 	}
 	t.Logf("where the moved replicas became Ready: %v", where)
-	e.checkHandoffToSeats(t, ns, w, replicas, seats, handoffSeats)
+	e.checkHandoffToSeats(t, ns, w, replicas, node, seats, handoffSeats)
 	handoffSeats.stop()
 	ready.stop()
 	rec.stop()
