@@ -355,7 +355,11 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 	// Pods with seats leave first: a Deployment's surge Pods (a higher tier, and Pending until
 	// Karpenter's capacity comes) would take the room a seat frees before the evicted Pod's
 	// replacement. The Deployment's Pods serve here meanwhile; SeatWait bounds the wait.
-	seatsFirst := SeatsFirst(groups, now.Sub(since))
+	elsewhere, err := c.seatedElsewhere(ctx, sv, n.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	seatsFirst := SeatsFirst(groups, elsewhere, now.Sub(since))
 	for _, g := range groups {
 		switch g.Kind {
 		case KindDeployment:

@@ -80,10 +80,15 @@ func SeatAllowsEviction(seat *corev1.Pod, usable, contested bool, draining time.
 }
 
 // SeatsFirst says whether a draining lifeboat's Deployments wait with their surge: a Pod that
-// needs a seat is still on it (not yet evicted), and the drain is younger than SeatWait. Pure.
-func SeatsFirst(groups []Group, draining time.Duration) bool {
+// needs a seat is still on it (not yet evicted) or on another lifeboat of the burst (elsewhere:
+// their surge Pods would take that Pod's seat room as much as this lifeboat's), and the drain is
+// younger than SeatWait. Pure.
+func SeatsFirst(groups []Group, elsewhere bool, draining time.Duration) bool {
 	if draining >= SeatWait {
 		return false
+	}
+	if elsewhere {
+		return true
 	}
 	for _, g := range groups {
 		for _, p := range g.Pods {

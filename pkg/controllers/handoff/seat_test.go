@@ -440,17 +440,19 @@ func TestSeatsFirst(t *testing.T) {
 	going := stsPod("db-0")
 	going.DeletionTimestamp = &metav1.Time{Time: hpaNow}
 	for _, tc := range []struct {
-		name     string
-		groups   []Group
-		draining time.Duration
-		want     bool
+		name      string
+		groups    []Group
+		elsewhere bool
+		draining  time.Duration
+		want      bool
 	}{
-		{"a StatefulSet Pod still here: the surge waits", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0")}}}, time.Minute, true},
-		{"it is evicted already: surge", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{going}}}, time.Minute, false},
-		{"only Deployments and Jobs", []Group{web, {Kind: KindWait, Pods: []*corev1.Pod{jobPod("batch-a")}}}, 0, false},
-		{"SeatWait passed", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0")}}}, SeatWait, false},
+		{"a StatefulSet Pod still here: the surge waits", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0")}}}, false, time.Minute, true},
+		{"it is evicted already: surge", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{going}}}, false, time.Minute, false},
+		{"only Deployments and Jobs", []Group{web, {Kind: KindWait, Pods: []*corev1.Pod{jobPod("batch-a")}}}, false, 0, false},
+		{"a Pod on another lifeboat still needs its seat: the surge waits", []Group{web}, true, time.Minute, true},
+		{"SeatWait passed", []Group{web, {Kind: KindEvict, Pods: []*corev1.Pod{stsPod("db-0")}}}, true, SeatWait, false},
 	} {
-		if got := SeatsFirst(tc.groups, tc.draining); got != tc.want {
+		if got := SeatsFirst(tc.groups, tc.elsewhere, tc.draining); got != tc.want {
 			t.Errorf("%s: SeatsFirst = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -119,6 +119,25 @@ func (c *Controller) leftover(ctx context.Context, node string) (reconcile.Resul
 	return reconcile.Result{}, nil
 }
 
+// seatedElsewhere says whether a Pod that needs a seat is still on a lifeboat other than node
+// (active or draining, the Pod not deleted): a seat of another lifeboat's whose Pod is there.
+func (c *Controller) seatedElsewhere(ctx context.Context, sv *seatState, node string) (bool, error) {
+	for _, s := range sv.seats {
+		if s.Annotations[v1alpha1.AnnotationSeatNode] == node || !s.DeletionTimestamp.IsZero() {
+			continue
+		}
+		p, at, err := c.seatPod(ctx, s)
+		if err != nil {
+			return false, err
+		}
+		if p != nil && at != nil && p.Spec.NodeName == s.Annotations[v1alpha1.AnnotationSeatNode] &&
+			p.DeletionTimestamp.IsZero() && nodeutil.InPoolState(at, serving...) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // seatPod is the Pod seat s keeps room for (nil: gone) and the Node it is bound to (nil: not
 // bound, or gone).
 func (c *Controller) seatPod(ctx context.Context, s *corev1.Pod) (*corev1.Pod, *corev1.Node, error) {
