@@ -93,13 +93,13 @@ func (f *Instances) Terminate(_ context.Context, id string) error {
 	return nil
 }
 
-// List returns the known instances of the pool that are not terminated.
+// List returns the known instances of the pool ("*": of every pool) that are not terminated.
 func (f *Instances) List(_ context.Context, pool string) ([]cloud.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []cloud.Instance
 	for id, in := range f.Known {
-		if in.Pool == pool && !f.Gone[id] {
+		if (pool == "*" || in.Pool == pool) && !f.Gone[id] {
 			out = append(out, *in)
 		}
 	}
