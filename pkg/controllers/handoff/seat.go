@@ -141,7 +141,7 @@ type SeatSpec struct {
 	// Pool owns the seats (garbage collection when the WarmPool goes). Not the lifeboat Node:
 	// Karpenter does not provision for a Pod a Node owns (it takes it for a static Pod), so a
 	// Node-owned seat only ever found room that already existed. A lifeboat's seats go with
-	// it through the handoff controller (deleteSeatsOf).
+	// it through the handoff controller (leftover).
 	Pool *v1alpha1.WarmPool
 }
 
