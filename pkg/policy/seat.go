@@ -45,11 +45,18 @@ func ParseSeatRecord(s string) (SeatRecord, error) {
 // Host is the seat host recorded for namespace/name key, "" when there is none younger than
 // SeatRecordTTL.
 func (r SeatRecord) Host(key string, now time.Time) string {
+	e, _ := r.Entry(key, now)
+	return e.Host
+}
+
+// Entry is the entry recorded for namespace/name key, false when there is none younger than
+// SeatRecordTTL.
+func (r SeatRecord) Entry(key string, now time.Time) (SeatEntry, bool) {
 	e, ok := r[key]
 	if !ok || now.Sub(e.At) > SeatRecordTTL {
-		return ""
+		return SeatEntry{}, false
 	}
-	return e.Host
+	return e, true
 }
 
 // With returns the record with the hosts of add (key → host) recorded at now — an entry that

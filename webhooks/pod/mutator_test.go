@@ -130,6 +130,11 @@ func TestMutatorPrefersSeatNode(t *testing.T) {
 		n.Annotations = map[string]string{v1alpha1.AnnotationSeats: record}
 		return n
 	}
+	bridgeSeats := func(name string, st v1alpha1.NodeState, record string) *corev1.Node {
+		n := fixture.PoolNode(name, st)
+		n.Annotations = map[string]string{v1alpha1.AnnotationBridgeSeats: record}
+		return n
+	}
 	key := fixture.Namespace + "/web-0"
 	fresh := func(host string) policy.SeatEntry {
 		return policy.SeatEntry{Host: host, At: now.Add(-30 * time.Second)}
@@ -145,6 +150,15 @@ func TestMutatorPrefersSeatNode(t *testing.T) {
 		{"the lifeboat was emptied and recycled before the replacement came", []client.Object{withSeats("lb-1", v1alpha1.NodeStateWarming, rec(map[string]policy.SeatEntry{key: fresh("host-1")}))}, "host-1"},
 		{"a past handoff's entry", []client.Object{withSeats("lb-1", v1alpha1.NodeStateStandby, rec(map[string]policy.SeatEntry{key: {Host: "host-1", At: now.Add(-policy.SeatRecordTTL - time.Minute)}}))}, ""},
 		{"a malformed record is skipped", []client.Object{withSeats("lb-1", v1alpha1.NodeStateDraining, `{oops`), withSeats("lb-2", v1alpha1.NodeStateDraining, rec(map[string]policy.SeatEntry{key: fresh("host-2")}))}, "host-2"},
+		{"the bridge moved it straight to its seat on host-3", []client.Object{bridgeSeats("lb-1", v1alpha1.NodeStateActive, rec(map[string]policy.SeatEntry{key: fresh("host-3")}))}, "host-3"},
+		// A Pod moved straight to its seat whose replacement still landed on a lifeboat later
+		// gets a seat from the lifeboat's handoff: the newer record counts, wherever it is.
+		{"the newest record wins", []client.Object{
+			withSeats("lb-2", v1alpha1.NodeStateDraining, rec(map[string]policy.SeatEntry{key: {Host: "host-4", At: now.Add(-5 * time.Second)}})),
+			bridgeSeats("lb-1", v1alpha1.NodeStateActive, rec(map[string]policy.SeatEntry{key: fresh("host-3")}))}, "host-4"},
+		{"the newest record wins, the other way round", []client.Object{
+			withSeats("lb-2", v1alpha1.NodeStateDraining, rec(map[string]policy.SeatEntry{key: fresh("host-4")})),
+			bridgeSeats("lb-1", v1alpha1.NodeStateActive, rec(map[string]policy.SeatEntry{key: {Host: "host-3", At: now.Add(-5 * time.Second)}}))}, "host-3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

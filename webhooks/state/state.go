@@ -115,10 +115,11 @@ func (c *Cluster) LifeboatActive(ctx context.Context) (bool, error) {
 }
 
 // SeatHost is the kubernetes.io/hostname of the node where the handoff kept a seat for the Pod
-// namespace/name (a lifeboat Node's AnnotationSeats, entries younger than
-// policy.SeatRecordTTL), "" for none. Cache only. Every pool Node is read, whatever its state: a
-// lifeboat emptied by its last eviction may be recycled before that Pod's replacement comes. A
-// record that does not parse is skipped: the preference only saves an image pull.
+// namespace/name (a lifeboat Node's AnnotationSeats, or AnnotationBridgeSeats for a Pod the
+// bridge moved straight to its seat; entries younger than policy.SeatRecordTTL), "" for none.
+// Cache only. Every pool Node is read, whatever its state: a lifeboat emptied by its last
+// eviction may be recycled before that Pod's replacement comes. A record that does not parse
+// is skipped: the preference only saves an image pull.
 func (c *Cluster) SeatHost(ctx context.Context, namespace, name string) (string, error) {
 	if c.PoolNodes == nil || name == "" {
 		return "", nil
@@ -129,20 +130,23 @@ func (c *Cluster) SeatHost(ctx context.Context, namespace, name string) (string,
 		return "", fmt.Errorf("list lifeboat Nodes: %w", err)
 	}
 	key, now := namespace+"/"+name, c.now()
+	var newest policy.SeatEntry // a Pod moved more than once has more than one: the last counts
 	for i := range list.Items {
-		raw, ok := list.Items[i].Annotations[v1alpha1.AnnotationSeats]
-		if !ok {
-			continue
-		}
-		rec, err := policy.ParseSeatRecord(raw)
-		if err != nil {
-			continue
-		}
-		if host := rec.Host(key, now); host != "" {
-			return host, nil
+		for _, a := range []string{v1alpha1.AnnotationSeats, v1alpha1.AnnotationBridgeSeats} {
+			raw, ok := list.Items[i].Annotations[a]
+			if !ok {
+				continue
+			}
+			rec, err := policy.ParseSeatRecord(raw)
+			if err != nil {
+				continue
+			}
+			if e, ok := rec.Entry(key, now); ok && e.Host != "" && !e.At.Before(newest.At) {
+				newest = e
+			}
 		}
 	}
-	return "", nil
+	return newest.Host, nil
 }
 
 func (c *Cluster) now() time.Time {

@@ -80,6 +80,11 @@ const (
 	// node (policy.SeatRecord). The webhook gives a Pod re-created under that name (a
 	// StatefulSet's) a preference for that node, which pulled its images for the seat.
 	AnnotationSeats = Group + "/seats"
+	// AnnotationBridgeSeats on a lifeboat Node records, in the same form, the seats of the held
+	// StatefulSet Pods the bridge moved straight to their seat's node (their seat's room was up
+	// before they moved to a lifeboat). The bridge writes it, the handoff AnnotationSeats: one
+	// writer per annotation.
+	AnnotationBridgeSeats = Group + "/bridge-seats"
 
 	// FinalizerWarmPool terminates a deleted pool's instances before the WarmPool goes.
 	FinalizerWarmPool = Group + "/instances"

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,7 +177,12 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		errs = append(errs, err)
 	}
 	for _, p := range plan.Move {
-		if err := c.move(ctx, n, p); err != nil {
+		if err := c.move(ctx, n, p, ""); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range plan.SeatMove {
+		if err := c.moveToSeat(ctx, n, p, s.SeatHosts[p.UID], s.Lifeboats); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -266,7 +273,46 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 		}
 		s.SettledStatefulSets[key] = settled
 	}
+	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
+		s.SeatHosts = map[types.UID]string{}
+		for _, p := range s.Protected {
+			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
+				continue
+			}
+			host, err := c.usableSeat(ctx, p, waiting)
+			if err != nil {
+				return s, err
+			}
+			if host != "" {
+				s.SeatHosts[p.UID] = host
+			}
+		}
+	}
 	return s, nil
+}
+
+// usableSeat is the kubernetes.io/hostname of the node where p's seat holds room that p's
+// replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
+// Pod), "" when there is none. Cache only.
+func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod) (string, error) {
+	seat := &corev1.Pod{}
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	if !seat.DeletionTimestamp.IsZero() || seat.Spec.NodeName == "" || handoff.Contested(p, waiting) {
+		return "", nil
+	}
+	node := &corev1.Node{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: seat.Spec.NodeName}, node); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	if !handoff.SeatNodeUsable(node) {
+		return "", nil
+	}
+	if host := node.Labels[corev1.LabelHostname]; host != "" {
+		return host, nil
+	}
+	return node.Name, nil
 }
 
 // podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index; the
@@ -279,6 +325,9 @@ func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*co
 	}
 	var errs []error
 	for _, p := range pods {
+		if c.wasEvicted(p) {
+			continue // moved: the cache is behind; a seat moved straight to is deleted, not made again
+		}
 		key := types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}
 		if err := c.client.Get(ctx, key, &corev1.Pod{}); err == nil || !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
@@ -403,13 +452,13 @@ func (c *Controller) setHold(ctx context.Context, p *corev1.Pod, value string) e
 	return nil
 }
 
-// move lets a held StatefulSet Pod go to its Ready lifeboat: released, then evicted (the
-// Eviction API applies its PodDisruptionBudget). When the budget refuses, the hold is put back
-// as it was and the move is tried again on a later pass, until the hold's deadline: a refusal
-// must not turn into giving up the hold. The budget's view can lag behind a Pod the StatefulSet
-// controller just re-created under the same name: such stale entries are removed
-// (clearStaleDisruptions).
-func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod) error {
+// move lets a held StatefulSet Pod go to its Ready lifeboat — or to seatHost, the node of its
+// seat (moveToSeat) — released, then evicted (the Eviction API applies its
+// PodDisruptionBudget). When the budget refuses, the hold is put back as it was and the move is
+// tried again on a later pass, until the hold's deadline: a refusal must not turn into giving
+// up the hold. The budget's view can lag behind a Pod the StatefulSet controller just
+// re-created under the same name: such stale entries are removed (clearStaleDisruptions).
+func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod, seatHost string) error {
 	held := p.Annotations[v1alpha1.AnnotationEvictionHold]
 	if err := c.setHold(ctx, p, v1alpha1.EvictionHoldReleased); err != nil {
 		return err
@@ -421,8 +470,15 @@ func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod) er
 		// A conflict on the UID precondition: the Pod of that name is another one already — the
 		// eviction deleted ours and the StatefulSet re-created it while the Eviction API
 		// retried (seen against kube-apiserver v1.36).
-		klog.FromContext(ctx).V(2).Info("Moved a held StatefulSet Pod to its lifeboat", "pod", klog.KObj(p), "evictionResult", err)
 		c.noteEvicted(p)
+		if seatHost != "" {
+			klog.FromContext(ctx).V(2).Info("Moved a held StatefulSet Pod straight to its seat", "pod", klog.KObj(p), "seatHost", seatHost, "evictionResult", err)
+			metrics.BridgeReleases.WithLabelValues(ReleaseMovedToSeat).Inc()
+			c.recorder.Eventf(p, n, corev1.EventTypeNormal, v1alpha1.EventBridgeMove, "Move",
+				"Moved straight to its seat's node %s (launched for it at the hold; its images pulled), one replica at a time: node %s is interrupted", seatHost, n.Name)
+			return c.deleteSeat(ctx, p)
+		}
+		klog.FromContext(ctx).V(2).Info("Moved a held StatefulSet Pod to its lifeboat", "pod", klog.KObj(p), "evictionResult", err)
 		metrics.BridgeReleases.WithLabelValues(ReleaseMoved).Inc()
 		c.recorder.Eventf(p, n, corev1.EventTypeNormal, v1alpha1.EventBridgeMove, "Move",
 			"Moved to a Ready lifeboat, one replica at a time: node %s is interrupted", n.Name)
@@ -442,6 +498,54 @@ func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod) er
 	default:
 		return fmt.Errorf("evict %s/%s to its lifeboat: %w", p.Namespace, p.Name, err)
 	}
+}
+
+// moveToSeat moves a held StatefulSet Pod straight to the node of its seat (host): it records
+// the seat on a lifeboat Node (AnnotationBridgeSeats; the webhook reads every pool Node's
+// record and gives the Pod re-created under that name a preference for host, leaving it to the
+// default scheduler), evicts the Pod (move), and deletes the seat so that its room is the
+// replacement's. Without a lifeboat Node to record on, the Pod stays held.
+func (c *Controller) moveToSeat(ctx context.Context, n *corev1.Node, p *corev1.Pod, host string, lifeboats []*corev1.Node) error {
+	if len(lifeboats) == 0 {
+		return nil
+	}
+	boat := slices.MinFunc(lifeboats, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	if err := c.recordSeat(ctx, boat, p.Namespace+"/"+p.Name, host); err != nil {
+		return err
+	}
+	return c.move(ctx, n, p, host)
+}
+
+// recordSeat adds key → host to the lifeboat Node's AnnotationBridgeSeats (policy.SeatRecord,
+// older entries dropped), with an optimistic lock: the cached Node may not show this process's
+// last record yet, and a patch from it would drop that entry.
+func (c *Controller) recordSeat(ctx context.Context, boat *corev1.Node, key, host string) error {
+	current, err := policy.ParseSeatRecord(boat.Annotations[v1alpha1.AnnotationBridgeSeats])
+	if err != nil {
+		current = policy.SeatRecord{} // rewritten whole
+	}
+	rec, changed := current.With(map[string]string{key: host}, c.clock.Now())
+	if !changed {
+		return nil
+	}
+	updated := boat.DeepCopy()
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	updated.Annotations[v1alpha1.AnnotationBridgeSeats] = rec.String()
+	if err := c.client.Patch(ctx, updated, client.MergeFromWithOptions(boat, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("record the seat of %s on lifeboat %s: %w", key, boat.Name, err)
+	}
+	return nil
+}
+
+// deleteSeat deletes the seat of p, moved straight to its node: its room is the replacement's.
+func (c *Controller) deleteSeat(ctx context.Context, p *corev1.Pod) error {
+	seat := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}}
+	if err := c.client.Delete(ctx, seat, &client.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete the seat of %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
 }
 
 // conflictRetry is how soon a reconcile that lost a write race looks again.

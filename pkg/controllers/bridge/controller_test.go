@@ -29,6 +29,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
 // The notice came 5 s before ctrlNow.
@@ -747,5 +748,58 @@ func TestHeldStatefulSetPodsGetSeatsAtTheHold(t *testing.T) {
 	h.reconcileNode(t, "spot-1")
 	if got := seats(h); len(got) != 0 {
 		t.Errorf("seats without a SeatSpec: %d", len(got))
+	}
+}
+
+// TestHeldStatefulSetPodMovesStraightToItsSeat: a held StatefulSet Pod whose seat (made at the
+// hold) already holds room on a Ready node moves there at once — no lifeboat Ready needed —
+// instead of to a lifeboat and on again at the handoff: the seat's host is recorded on a
+// lifeboat Node (AnnotationBridgeSeats, read by the webhook), the Pod evicted, the seat deleted
+// (its room is the replacement's). A seat on a node not Ready yet moves nothing.
+func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
+	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
+	db := appPod("db-0", "spot-1", true, true)
+	db.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
+	db.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
+	db.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: held}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	spec := handoff.SeatSpec{Namespace: "lifeboat-system"}
+	seat := handoff.Seat(db, interruptedNode("spot-1", "lb-1"), spec)
+	seat.Spec.NodeName = "kwok-7"
+	seatNode := func(ready bool) *corev1.Node {
+		return buildtest.Node("kwok-7", buildtest.Labels(map[string]string{corev1.LabelHostname: "fast-7"}), buildtest.Ready(ready))
+	}
+
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(false))
+	h.ctrl.Seats = &spec
+	h.reconcileNode(t, "spot-1")
+	if _, ok := h.pod(t, "db-0"); !ok {
+		t.Fatalf("db-0 moved while its seat's node is not Ready and no lifeboat is")
+	}
+
+	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(true))
+	h.ctrl.Seats = &spec
+	h.reconcileNode(t, "spot-1")
+	if _, ok := h.pod(t, "db-0"); ok {
+		t.Errorf("db-0 still there: want moved straight to its seat's node")
+	}
+	err := h.c.Get(context.Background(), client.ObjectKeyFromObject(seat), &corev1.Pod{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the seat after the move: %v, want deleted (its room is the replacement's)", err)
+	}
+	boat := &corev1.Node{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Name: "lb-1"}, boat); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := policy.ParseSeatRecord(boat.Annotations[v1alpha1.AnnotationBridgeSeats])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Host("app/db-0", h.clk.Now()); got != "fast-7" {
+		t.Errorf("recorded seat host %q for app/db-0 on lb-1 (%q), want fast-7", got, boat.Annotations[v1alpha1.AnnotationBridgeSeats])
+	}
+	if evs := strings.Join(h.events(), "\n"); !strings.Contains(evs, "straight to its seat's node fast-7") {
+		t.Errorf("events %q: want a move straight to the seat's node", evs)
 	}
 }

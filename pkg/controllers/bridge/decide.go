@@ -11,6 +11,7 @@ package bridge
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -88,6 +89,7 @@ const (
 	ReleaseNoTimeLeft       = "no_time_left"       // its grace period leaves no time to hold it
 	ReleaseLifeboatNotReady = "lifeboat_not_ready" // no lifeboat Ready by ResumeTimeout
 	ReleaseMoved            = "moved"              // a StatefulSet Pod let go to its Ready lifeboat
+	ReleaseMovedToSeat      = "moved_to_seat"      // a StatefulSet Pod let go straight to its handoff seat's node
 )
 
 // NodeState is what the node reconciler observed of one interrupted Node.
@@ -110,6 +112,10 @@ type NodeState struct {
 	// SettledStatefulSets holds the StatefulSets (namespace/name) whose every replica is Ready
 	// and none terminating: one of their held Pods may move.
 	SettledStatefulSets map[string]bool
+	// SeatHosts are the held StatefulSet Pods whose seat (made at the hold) already holds room
+	// on a usable node that no waiting protected Pod would take first (handoff.SeatNodeUsable,
+	// handoff.Contested), by UID: the kubernetes.io/hostname of that node.
+	SeatHosts map[types.UID]string
 }
 
 // PodAction is a write to one Pod's hold annotation.
@@ -129,8 +135,14 @@ type NodePlan struct {
 	// Karpenter's drain of the Deployment's other Pods; a lifeboat that is never Ready then costs
 	// the drain nothing but the hold.
 	Surge []*corev1.Pod
-	// Move are held StatefulSet Pods to release and evict now (at most one per StatefulSet).
+	// Move are held StatefulSet Pods to release and evict now (at most one per StatefulSet,
+	// counting SeatMove).
 	Move []*corev1.Pod
+	// SeatMove are held StatefulSet Pods to release and evict now straight to their seat's
+	// node (NodeState.SeatHosts): the room Karpenter launched at the hold is up, so the Pod moves
+	// once, to its final home, instead of to a lifeboat and from there again at the handoff.
+	// A StatefulSet moves a Pod with a usable seat before one without, lifeboat Ready or not.
+	SeatMove []*corev1.Pod
 	// Seat are the held (or now held) StatefulSet Pods: each gets its handoff seat now
 	// (handoff.Seat), so that Karpenter launches the room the Pod moves to after the lifeboat
 	// at the notice — when it would launch it for the evicted Pod without Lifeboat — and not
@@ -193,7 +205,8 @@ func PlanNode(s NodeState, o Options) NodePlan {
 		}
 		seats = seatsFor(unbooked, s.Free)
 	}
-	moving := map[string]bool{}
+	movable := map[string][]*corev1.Pod{} // per settled StatefulSet, its held Pods in order
+	var order []string
 	for _, p := range s.Protected {
 		if !policy.Bridgeable(p) {
 			continue
@@ -230,10 +243,22 @@ func PlanNode(s NodeState, o Options) NodePlan {
 			if sts != "" {
 				plan.Seat = append(plan.Seat, p)
 			}
-			if sts != "" && anyReady && s.SettledStatefulSets[sts] && !moving[sts] {
-				moving[sts] = true
-				plan.Move = append(plan.Move, p)
+			if sts != "" && s.SettledStatefulSets[sts] {
+				if movable[sts] == nil {
+					order = append(order, sts)
+				}
+				movable[sts] = append(movable[sts], p)
 			}
+		}
+	}
+	for _, sts := range order {
+		if i := slices.IndexFunc(movable[sts], func(p *corev1.Pod) bool { return s.SeatHosts[p.UID] != "" }); i >= 0 {
+			p := movable[sts][i]
+			plan.SeatMove = append(plan.SeatMove, p)
+			// Its seat goes at the move (its room is the replacement's): not made again.
+			plan.Seat = slices.DeleteFunc(plan.Seat, func(q *corev1.Pod) bool { return q.UID == p.UID })
+		} else if anyReady {
+			plan.Move = append(plan.Move, movable[sts][0])
 		}
 	}
 	return plan

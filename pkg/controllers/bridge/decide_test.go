@@ -73,8 +73,8 @@ func heldUntil(t time.Time) string { return nodeutil.FormatTime(t) }
 
 // planSummary is a PlanNode result in names: "pod@until" for holds, "pod:reason" for releases.
 type planSummary struct {
-	Hold, Release, Move []string
-	Busy                bool
+	Hold, Release, Move, SeatMove []string
+	Busy                          bool
 }
 
 func summarize(p NodePlan) planSummary {
@@ -93,6 +93,9 @@ func summarize(p NodePlan) planSummary {
 	}
 	for _, m := range p.Move {
 		s.Move = append(s.Move, m.Name)
+	}
+	for _, m := range p.SeatMove {
+		s.SeatMove = append(s.SeatMove, m.Name)
 	}
 	s.Busy = p.Busy
 	return s
@@ -225,6 +228,33 @@ func TestPlanNode(t *testing.T) {
 			state: NodeState{Now: now, NoticeAt: noticeAt, Decided: true, Lifeboats: ready,
 				Protected:           pods(tpod{name: "db-0", kind: "StatefulSet", owner: "db"}),
 				SettledStatefulSets: map[string]bool{"app/db": true}},
+			want: planSummary{Hold: []string{"db-0@" + at(deadline30)}, Busy: true}},
+		// Straight to the seat: the room Karpenter launched at the hold is up.
+		{name: "a held StatefulSet Pod whose seat is usable moves straight to it, before one that has none",
+			state: NodeState{Now: now, NoticeAt: noticeAt, Decided: true, Lifeboats: ready,
+				Protected: pods(tpod{name: "db-0", kind: "StatefulSet", owner: "db", hold: held}, tpod{name: "db-1", kind: "StatefulSet", owner: "db", hold: held},
+					tpod{name: "queue-0", kind: "StatefulSet", owner: "queue", hold: held}),
+				SettledStatefulSets: map[string]bool{"app/db": true, "app/queue": true},
+				SeatHosts:           map[types.UID]string{"uid-db-1": "ip-10-0-0-9"}},
+			want: planSummary{Move: []string{"queue-0"}, SeatMove: []string{"db-1"}, Busy: true}},
+		{name: "straight to the seat while no lifeboat is Ready yet; the others wait",
+			state: NodeState{Now: now, NoticeAt: noticeAt, Decided: true, Lifeboats: notReady,
+				Protected: pods(tpod{name: "db-0", kind: "StatefulSet", owner: "db", hold: held}, tpod{name: "db-1", kind: "StatefulSet", owner: "db", hold: held},
+					tpod{name: "queue-0", kind: "StatefulSet", owner: "queue", hold: held}),
+				SettledStatefulSets: map[string]bool{"app/db": true, "app/queue": true},
+				SeatHosts:           map[types.UID]string{"uid-db-0": "ip-10-0-0-9", "uid-db-1": "ip-10-0-0-8"}},
+			want: planSummary{SeatMove: []string{"db-0"}, Busy: true}},
+		{name: "a usable seat does not move a StatefulSet that is not settled",
+			state: NodeState{Now: now, NoticeAt: noticeAt, Decided: true, Lifeboats: ready,
+				Protected:           pods(tpod{name: "db-0", kind: "StatefulSet", owner: "db", hold: held}),
+				SettledStatefulSets: map[string]bool{"app/db": false},
+				SeatHosts:           map[types.UID]string{"uid-db-0": "ip-10-0-0-9"}},
+			want: planSummary{Busy: true}},
+		{name: "a usable seat does not move a Pod whose hold is not written yet",
+			state: NodeState{Now: now, NoticeAt: noticeAt, Decided: true, Lifeboats: ready,
+				Protected:           pods(tpod{name: "db-0", kind: "StatefulSet", owner: "db"}),
+				SettledStatefulSets: map[string]bool{"app/db": true},
+				SeatHosts:           map[types.UID]string{"uid-db-0": "ip-10-0-0-9"}},
 			want: planSummary{Hold: []string{"db-0@" + at(deadline30)}, Busy: true}},
 		{name: "a same-named StatefulSet in another namespace does not settle it",
 			state: NodeState{Now: now, NoticeAt: noticeAt, Decided: true, Lifeboats: ready,

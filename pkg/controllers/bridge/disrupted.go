@@ -115,6 +115,13 @@ func (c *Controller) noteEvicted(p *corev1.Pod) {
 	c.evicted[p.Namespace+"/"+p.Name] = p.UID
 }
 
+// wasEvicted: this process evicted p (a move).
+func (c *Controller) wasEvicted(p *corev1.Pod) bool {
+	c.grantsMu.Lock()
+	defer c.grantsMu.Unlock()
+	return c.evicted[p.Namespace+"/"+p.Name] == p.UID
+}
+
 func (c *Controller) evictedUIDs(namespace string) map[string]types.UID {
 	c.grantsMu.Lock()
 	defer c.grantsMu.Unlock()

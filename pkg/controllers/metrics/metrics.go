@@ -33,7 +33,7 @@ var (
 	// BridgeHolds: lifeboat_bridge_holds_total{workload_kind}: Pods whose eviction the bridge held.
 	BridgeHolds = metricdef.CounterVec("lifeboat_bridge_holds_total", "Protected Pods of interrupted Spot nodes whose eviction Lifeboat held while their replacement started on a lifeboat, by workload kind (Deployment, StatefulSet).", "workload_kind")
 	// BridgeReleases: lifeboat_bridge_releases_total{reason}.
-	BridgeReleases = metricdef.CounterVec("lifeboat_bridge_releases_total", "Protected Pods of interrupted Spot nodes the bridge let go without waiting for a replacement (no_lifeboat, no_seat, no_time_left, lifeboat_not_ready) or moved (moved: a StatefulSet Pod evicted once its lifeboat was Ready).", "reason")
+	BridgeReleases = metricdef.CounterVec("lifeboat_bridge_releases_total", "Protected Pods of interrupted Spot nodes the bridge let go without waiting for a replacement (no_lifeboat, no_seat, no_time_left, lifeboat_not_ready) or moved (moved: a StatefulSet Pod evicted once its lifeboat was Ready; moved_to_seat: evicted straight to its handoff seat's node).", "reason")
 	// BridgeRemoved: lifeboat_bridge_removed_pods_total{outcome}: held Pods of surged
 	// Deployments that left: bridged (removed by Lifeboat once the surge was Ready) or gone
 	// (evicted after their hold, or killed at the reclaim, before that).

@@ -18,8 +18,11 @@ var statefulSetFlags = bridgeFlags{notice: 40 * time.Second, margin: 5 * time.Se
 // on one Karpenter Spot node cannot surge; its Pods are held and moved to the lifeboat one at
 // a time.
 //   - The ready count, sampled every 100 ms, never drops below 4: never two down.
-//   - Every move comes after a lifeboat seat is Ready (active, Ready, standby taint off): the
-//     write that deletes an old Pod is later than the Node write that showed the seat.
+//   - Every move to a lifeboat comes after a lifeboat seat is Ready (active, Ready, standby
+//     taint off): the write that deletes an old Pod is later than the Node write that showed
+//     the seat. A replica whose handoff seat (made at the hold) is up before its turn moves
+//     straight there instead (the seat node's kubelet has its image): it prefers that node
+//     and is bound to it.
 //   - No old Pod is evicted or deleted before its hold was decided, or evicted while held; all
 //     five are gone before the reclaim and run again, Ready, on the lifeboat.
 //   - At the handoff, each replica the lifeboat hosts leaves for its seat: the seat was made
@@ -67,7 +70,9 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 			if oldUIDs[uid] || h.readyOn == "" {
 				continue
 			}
-			where[h.name] = "karpenter"
+			if where[h.name] != "lifeboat" {
+				where[h.name] = "karpenter"
+			}
 			if seats.isBoat(h.node) || seats.isBoat(h.readyOn) {
 				where[h.name] = "lifeboat"
 			}
@@ -81,8 +86,8 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 	}); err != nil {
 		t.Errorf("the %d replicas did not all come back Ready, one at least on the lifeboat: %v", replicas, err)
 	}
-	t.Logf("where the moved replicas became Ready: %v", where)
-	e.checkHandoffToSeats(t, ns, w, replicas, node, seats, handoffSeats)
+	t.Logf("where the moved replicas became Ready (lifeboat: one of its Pods ran on one): %v", where)
+	e.checkHandoffToSeats(t, ns, w, replicas, node, seats, handoffSeats, rec)
 	handoffSeats.stop()
 	ready.stop()
 	rec.stop()
@@ -97,12 +102,16 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 	if seatRV == 0 {
 		t.Fatalf("no lifeboat seat was ever Ready, yet the Pods moved")
 	}
+	straight, err := e.straightMoves(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range old {
 		h := rec.history(p.UID)
 		if v := holdViolation(h, false); v != "" {
 			t.Error(v)
 		}
-		if h.deleting && h.deletingRV <= seatRV {
+		if _, ok := straight[h.name]; h.deleting && h.deletingRV <= seatRV && !ok {
 			t.Errorf("%s was deleted (resourceVersion %d) before a lifeboat seat was Ready (%s at %d)", h.name, h.deletingRV, seatNode, seatRV)
 		}
 		if !slices.ContainsFunc(h.holds, func(v string) bool { _, err := time.Parse(time.RFC3339Nano, v); return err == nil }) {
