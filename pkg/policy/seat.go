@@ -80,6 +80,16 @@ func (r SeatRecord) With(add map[string]string, now time.Time) (SeatRecord, bool
 	return out, changed
 }
 
+// Without returns the record without key, and whether key was in it. Pure.
+func (r SeatRecord) Without(key string) (SeatRecord, bool) {
+	if _, ok := r[key]; !ok {
+		return r, false
+	}
+	out := maps.Clone(r)
+	delete(out, key)
+	return out, true
+}
+
 // String is the annotation value.
 func (r SeatRecord) String() string {
 	b, _ := json.Marshal(map[string]SeatEntry(maps.Clone(r))) // strings and times always marshal

@@ -36,6 +36,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
 // IndexPodNodeName is the Pod index by spec.nodeName (registered by
@@ -177,6 +178,12 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 		errs = append(errs, err)
 	}
 	for _, p := range plan.Move {
+		// A Pod moved straight to a seat before (its node interrupted since) goes to a lifeboat
+		// now: its old record would keep its replacement from the lifeboat's scheduler.
+		if err := c.forgetSeat(ctx, p, s.Lifeboats); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if err := c.move(ctx, n, p, ""); err != nil {
 			errs = append(errs, err)
 		}
@@ -275,11 +282,18 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	}
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
+		reclaimed := map[string]bool{} // the Spot capacity pools of the interrupted nodes
+		for i := range nodes.Items {
+			m := &nodes.Items[i]
+			if _, ok := m.Annotations[v1alpha1.AnnotationResumeDecision]; ok && nodeutil.Pool(m) == "" {
+				reclaimed[telemetry.PoolKeyFromLabels(m.Labels)] = true
+			}
+		}
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
 			}
-			host, err := c.usableSeat(ctx, p, waiting)
+			host, err := c.usableSeat(ctx, p, waiting, reclaimed)
 			if err != nil {
 				return s, err
 			}
@@ -293,8 +307,10 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 
 // usableSeat is the kubernetes.io/hostname of the node where p's seat holds room that p's
 // replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
-// Pod), "" when there is none. Cache only.
-func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod) (string, error) {
+// Pod) and that is not of a capacity pool being reclaimed (reclaimed: the interrupted nodes'
+// pools, telemetry.PoolKey; a Spot reclaim takes a pool's nodes within minutes, and a Pod moved
+// to the next one would move again), "" when there is none. Cache only.
+func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod, reclaimed map[string]bool) (string, error) {
 	seat := &corev1.Pod{}
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
 		return "", client.IgnoreNotFound(err)
@@ -306,7 +322,7 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 	if err := c.client.Get(ctx, types.NamespacedName{Name: seat.Spec.NodeName}, node); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	if !handoff.SeatNodeUsable(node) {
+	if !handoff.SeatNodeUsable(node) || reclaimed[telemetry.PoolKeyFromLabels(node.Labels)] {
 		return "", nil
 	}
 	if host := node.Labels[corev1.LabelHostname]; host != "" {
@@ -535,6 +551,28 @@ func (c *Controller) recordSeat(ctx context.Context, boat *corev1.Node, key, hos
 	updated.Annotations[v1alpha1.AnnotationBridgeSeats] = rec.String()
 	if err := c.client.Patch(ctx, updated, client.MergeFromWithOptions(boat, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("record the seat of %s on lifeboat %s: %w", key, boat.Name, err)
+	}
+	return nil
+}
+
+// forgetSeat removes p's entry from the lifeboats' AnnotationBridgeSeats records (a straight
+// move of an earlier interruption), optimistic lock as recordSeat.
+func (c *Controller) forgetSeat(ctx context.Context, p *corev1.Pod, lifeboats []*corev1.Node) error {
+	key := p.Namespace + "/" + p.Name
+	for _, boat := range lifeboats {
+		current, err := policy.ParseSeatRecord(boat.Annotations[v1alpha1.AnnotationBridgeSeats])
+		if err != nil {
+			continue // the webhook skips it too
+		}
+		rec, had := current.Without(key)
+		if !had {
+			continue
+		}
+		updated := boat.DeepCopy()
+		updated.Annotations[v1alpha1.AnnotationBridgeSeats] = rec.String()
+		if err := c.client.Patch(ctx, updated, client.MergeFromWithOptions(boat, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("forget the seat of %s on lifeboat %s: %w", key, boat.Name, err)
+		}
 	}
 	return nil
 }

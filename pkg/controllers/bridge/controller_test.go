@@ -767,8 +767,8 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	spec := handoff.SeatSpec{Namespace: "lifeboat-system"}
 	seat := handoff.Seat(db, interruptedNode("spot-1", "lb-1"), spec)
 	seat.Spec.NodeName = "kwok-7"
-	seatNode := func(ready bool) *corev1.Node {
-		return buildtest.Node("kwok-7", buildtest.Labels(map[string]string{corev1.LabelHostname: "fast-7"}), buildtest.Ready(ready))
+	seatNode := func(ready bool, opts ...buildtest.NodeOption) *corev1.Node {
+		return buildtest.Node("kwok-7", append([]buildtest.NodeOption{buildtest.Labels(map[string]string{corev1.LabelHostname: "fast-7"}), buildtest.Ready(ready)}, opts...)...)
 	}
 
 	h := newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(false))
@@ -776,6 +776,14 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	h.reconcileNode(t, "spot-1")
 	if _, ok := h.pod(t, "db-0"); !ok {
 		t.Fatalf("db-0 moved while its seat's node is not Ready and no lifeboat is")
+	}
+	// A seat node of the capacity pool being reclaimed (spot-1's: Spot, same type and zone)
+	// gets its notice next: the Pod would move again.
+	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(true, buildtest.CapacityType(buildtest.Spot)))
+	h.ctrl.Seats = &spec
+	h.reconcileNode(t, "spot-1")
+	if _, ok := h.pod(t, "db-0"); !ok {
+		t.Fatalf("db-0 moved to a seat in the capacity pool being reclaimed")
 	}
 
 	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(true))
@@ -801,5 +809,43 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	}
 	if evs := strings.Join(h.events(), "\n"); !strings.Contains(evs, "straight to its seat's node fast-7") {
 		t.Errorf("events %q: want a move straight to the seat's node", evs)
+	}
+}
+
+// TestMoveToLifeboatForgetsAnEarlierStraightMove: a Pod moved straight to its seat at an
+// earlier interruption, whose node is interrupted now, moves to a lifeboat: the lifeboats'
+// bridge seat record loses its entry first, so the webhook routes its replacement to the
+// lifeboat's scheduler instead of preferring the old seat's node.
+func TestMoveToLifeboatForgetsAnEarlierStraightMove(t *testing.T) {
+	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
+	db := appPod("db-0", "spot-1", true, true)
+	db.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
+	db.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
+	db.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: held}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	boat := poolNode("lb-1", "spot-1", true, "8")
+	rec, _ := policy.SeatRecord{}.With(map[string]string{"app/db-0": "spot-1", "app/other-0": "fast-9"}, ctrlNow.Add(-time.Minute))
+	boat.Annotations = map[string]string{v1alpha1.AnnotationBridgeSeats: rec.String()}
+
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), boat, sts, db)
+	h.ctrl.Seats = &handoff.SeatSpec{Namespace: "lifeboat-system"}
+	h.reconcileNode(t, "spot-1")
+	if _, ok := h.pod(t, "db-0"); ok {
+		t.Fatalf("db-0 still there: want moved to the Ready lifeboat")
+	}
+	got := &corev1.Node{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Name: "lb-1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	after, err := policy.ParseSeatRecord(got.Annotations[v1alpha1.AnnotationBridgeSeats])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := after.Host("app/db-0", ctrlNow); h != "" {
+		t.Errorf("app/db-0 still recorded at %q after its move to a lifeboat", h)
+	}
+	if h := after.Host("app/other-0", ctrlNow); h != "fast-9" {
+		t.Errorf("another Pod's entry lost: %q", h)
 	}
 }
