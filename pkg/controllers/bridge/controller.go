@@ -305,8 +305,8 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	return s, nil
 }
 
-// usableSeat is the kubernetes.io/hostname of the node where p's seat holds room that p's
-// replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
+// usableSeat is the kubernetes.io/hostname of the node where p's seat, Ready, holds room that
+// p's replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
 // Pod) and that is not of a capacity pool being reclaimed (reclaimed: the interrupted nodes'
 // pools, telemetry.PoolKey; a Spot reclaim takes a pool's nodes within minutes, and a Pod moved
 // to the next one would move again), "" when there is none. Cache only.
@@ -315,7 +315,9 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	if !seat.DeletionTimestamp.IsZero() || seat.Spec.NodeName == "" || handoff.Contested(p, waiting) {
+	// Ready: its node has pulled the Pod's images (the seat's image volumes), so the
+	// replacement starts at once.
+	if !seat.DeletionTimestamp.IsZero() || seat.Spec.NodeName == "" || !nodeutil.PodReady(seat) || handoff.Contested(p, waiting) {
 		return "", nil
 	}
 	node := &corev1.Node{}

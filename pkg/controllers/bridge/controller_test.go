@@ -755,7 +755,8 @@ func TestHeldStatefulSetPodsGetSeatsAtTheHold(t *testing.T) {
 // hold) already holds room on a Ready node moves there at once — no lifeboat Ready needed —
 // instead of to a lifeboat and on again at the handoff: the seat's host is recorded on a
 // lifeboat Node (AnnotationBridgeSeats, read by the webhook), the Pod evicted, the seat deleted
-// (its room is the replacement's). A seat on a node not Ready yet moves nothing.
+// (its room is the replacement's). A seat on a node not Ready yet, on a node of the capacity
+// pool being reclaimed, or not Ready itself (pulling the images) moves nothing.
 func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
 	db := appPod("db-0", "spot-1", true, true)
@@ -767,6 +768,7 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	spec := handoff.SeatSpec{Namespace: "lifeboat-system"}
 	seat := handoff.Seat(db, interruptedNode("spot-1", "lb-1"), spec)
 	seat.Spec.NodeName = "kwok-7"
+	seat.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 	seatNode := func(ready bool, opts ...buildtest.NodeOption) *corev1.Node {
 		return buildtest.Node("kwok-7", append([]buildtest.NodeOption{buildtest.Labels(map[string]string{corev1.LabelHostname: "fast-7"}), buildtest.Ready(ready)}, opts...)...)
 	}
@@ -784,6 +786,15 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	h.reconcileNode(t, "spot-1")
 	if _, ok := h.pod(t, "db-0"); !ok {
 		t.Fatalf("db-0 moved to a seat in the capacity pool being reclaimed")
+	}
+	// A seat not Ready yet: its node is still pulling the Pod's images.
+	pulling := seat.DeepCopy()
+	pulling.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, pulling, seatNode(true))
+	h.ctrl.Seats = &spec
+	h.reconcileNode(t, "spot-1")
+	if _, ok := h.pod(t, "db-0"); !ok {
+		t.Fatalf("db-0 moved to a seat that is not Ready (its images not pulled yet)")
 	}
 
 	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(true))
