@@ -36,7 +36,6 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
 // IndexPodNodeName is the Pod index by spec.nodeName (registered by
@@ -282,13 +281,14 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	}
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
-		reclaimed := map[string]bool{} // the Spot capacity pools of the interrupted nodes
+		var interrupted []*corev1.Node
 		for i := range nodes.Items {
 			m := &nodes.Items[i]
 			if _, ok := m.Annotations[v1alpha1.AnnotationResumeDecision]; ok && nodeutil.Pool(m) == "" {
-				reclaimed[telemetry.PoolKeyFromLabels(m.Labels)] = true
+				interrupted = append(interrupted, m)
 			}
 		}
+		reclaimed := ReclaimedPools(interrupted, s.Now)
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
@@ -307,10 +307,9 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 
 // usableSeat is the kubernetes.io/hostname of the node where p's seat, Ready, holds room that
 // p's replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
-// Pod) and that is not of a capacity pool being reclaimed (reclaimed: the interrupted nodes'
-// pools, telemetry.PoolKey; a Spot reclaim takes a pool's nodes within minutes, and a Pod moved
-// to the next one would move again), "" when there is none. Cache only.
-func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod, reclaimed map[string]bool) (string, error) {
+// Pod) and that is not AtRisk of the reclaim (reclaimed: ReclaimedPools; a Pod moved to the
+// next node the reclaim takes would move again), "" when there is none. Cache only.
+func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod, reclaimed map[string]time.Time) (string, error) {
 	seat := &corev1.Pod{}
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
 		return "", client.IgnoreNotFound(err)
@@ -324,7 +323,7 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 	if err := c.client.Get(ctx, types.NamespacedName{Name: seat.Spec.NodeName}, node); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	if !handoff.SeatNodeUsable(node) || reclaimed[telemetry.PoolKeyFromLabels(node.Labels)] {
+	if !handoff.SeatNodeUsable(node) || AtRisk(node, reclaimed) {
 		return "", nil
 	}
 	if host := node.Labels[corev1.LabelHostname]; host != "" {

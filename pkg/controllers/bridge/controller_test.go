@@ -779,8 +779,8 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	if _, ok := h.pod(t, "db-0"); !ok {
 		t.Fatalf("db-0 moved while its seat's node is not Ready and no lifeboat is")
 	}
-	// A seat node of the capacity pool being reclaimed (spot-1's: Spot, same type and zone)
-	// gets its notice next: the Pod would move again.
+	// A seat node that ran in the capacity pool being reclaimed (spot-1's: Spot, same type and
+	// zone) before the notice is likely the reclaim's next: the Pod would move again.
 	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(true, buildtest.CapacityType(buildtest.Spot)))
 	h.ctrl.Seats = &spec
 	h.reconcileNode(t, "spot-1")
