@@ -179,7 +179,7 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 	for _, p := range plan.Move {
 		// A Pod moved straight to a seat before (its node interrupted since) goes to a lifeboat
 		// now: its old record would keep its replacement from the lifeboat's scheduler.
-		if err := c.forgetSeat(ctx, p, s.Lifeboats); err != nil {
+		if err := c.forgetSeat(ctx, p, s.SeatRecords); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -231,6 +231,9 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	for i := range nodes.Items {
 		m := &nodes.Items[i]
 		_, interrupted := m.Annotations[v1alpha1.AnnotationResumeDecision]
+		if _, ok := m.Annotations[v1alpha1.AnnotationBridgeSeats]; ok && nodeutil.Pool(m) != "" {
+			s.SeatRecords = append(s.SeatRecords, m)
+		}
 		boat := nodeutil.Pool(m) != "" && nodeutil.State(m) == v1alpha1.NodeStateActive && m.DeletionTimestamp == nil
 		if !interrupted && !boat {
 			continue
@@ -556,11 +559,12 @@ func (c *Controller) recordSeat(ctx context.Context, boat *corev1.Node, key, hos
 	return nil
 }
 
-// forgetSeat removes p's entry from the lifeboats' AnnotationBridgeSeats records (a straight
-// move of an earlier interruption), optimistic lock as recordSeat.
-func (c *Controller) forgetSeat(ctx context.Context, p *corev1.Pod, lifeboats []*corev1.Node) error {
+// forgetSeat removes p's entry from the pool Nodes' AnnotationBridgeSeats records (a straight
+// move of an earlier interruption; the webhook reads every pool Node's), optimistic lock as
+// recordSeat.
+func (c *Controller) forgetSeat(ctx context.Context, p *corev1.Pod, recorded []*corev1.Node) error {
 	key := p.Namespace + "/" + p.Name
-	for _, boat := range lifeboats {
+	for _, boat := range recorded {
 		current, err := policy.ParseSeatRecord(boat.Annotations[v1alpha1.AnnotationBridgeSeats])
 		if err != nil {
 			continue // the webhook skips it too

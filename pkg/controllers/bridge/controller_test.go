@@ -839,24 +839,29 @@ func TestMoveToLifeboatForgetsAnEarlierStraightMove(t *testing.T) {
 	rec, _ := policy.SeatRecord{}.With(map[string]string{"app/db-0": "spot-1", "app/other-0": "fast-9"}, ctrlNow.Add(-time.Minute))
 	boat.Annotations = map[string]string{v1alpha1.AnnotationBridgeSeats: rec.String()}
 
-	h := newHarness(t, interruptedNode("spot-1", "lb-1"), boat, sts, db)
+	// The lifeboat that took the earlier record went back to standby: the webhook still reads it.
+	old := buildtest.Node("lb-0", buildtest.Pool("pool", v1alpha1.NodeStateStandby), buildtest.Annotations(map[string]string{v1alpha1.AnnotationBridgeSeats: rec.String()}))
+
+	h := newHarness(t, interruptedNode("spot-1", "lb-1"), boat, old, sts, db)
 	h.ctrl.Seats = &handoff.SeatSpec{Namespace: "lifeboat-system"}
 	h.reconcileNode(t, "spot-1")
 	if _, ok := h.pod(t, "db-0"); ok {
 		t.Fatalf("db-0 still there: want moved to the Ready lifeboat")
 	}
-	got := &corev1.Node{}
-	if err := h.c.Get(context.Background(), client.ObjectKey{Name: "lb-1"}, got); err != nil {
-		t.Fatal(err)
-	}
-	after, err := policy.ParseSeatRecord(got.Annotations[v1alpha1.AnnotationBridgeSeats])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h := after.Host("app/db-0", ctrlNow); h != "" {
-		t.Errorf("app/db-0 still recorded at %q after its move to a lifeboat", h)
-	}
-	if h := after.Host("app/other-0", ctrlNow); h != "fast-9" {
-		t.Errorf("another Pod's entry lost: %q", h)
+	for _, name := range []string{"lb-1", "lb-0"} {
+		got := &corev1.Node{}
+		if err := h.c.Get(context.Background(), client.ObjectKey{Name: name}, got); err != nil {
+			t.Fatal(err)
+		}
+		after, err := policy.ParseSeatRecord(got.Annotations[v1alpha1.AnnotationBridgeSeats])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := after.Host("app/db-0", ctrlNow); h != "" {
+			t.Errorf("app/db-0 still recorded at %q on %s after its move to a lifeboat", h, name)
+		}
+		if h := after.Host("app/other-0", ctrlNow); h != "fast-9" {
+			t.Errorf("another Pod's entry lost on %s: %q", name, h)
+		}
 	}
 }

@@ -117,6 +117,9 @@ type NodeState struct {
 	// on a usable node that no waiting protected Pod would take first (handoff.SeatNodeUsable,
 	// handoff.Contested), by UID: the kubernetes.io/hostname of that node.
 	SeatHosts map[types.UID]string
+	// SeatRecords are the pool Nodes carrying AnnotationBridgeSeats, whatever their state (the
+	// controller's, not the plan's: forgetSeat).
+	SeatRecords []*corev1.Node
 }
 
 // PodAction is a write to one Pod's hold annotation.
