@@ -192,7 +192,7 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 			errs = append(errs, err)
 		}
 	}
-	if err := c.ensureSeats(ctx, n, plan.Seat); err != nil {
+	if err := c.ensureSeats(ctx, n, plan.Seat, s.AvoidHosts); err != nil {
 		// Seats only save time: the bridge goes on without them.
 		logger.Error(err, "Making the handoff seats of held StatefulSet Pods")
 	}
@@ -282,16 +282,16 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 		}
 		s.SettledStatefulSets[key] = settled
 	}
+	all := make([]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		all[i] = &nodes.Items[i]
+	}
+	if c.Seats != nil {
+		s.AvoidHosts = handoff.AtRiskHosts(all, s.Now)
+	}
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
-		var interrupted []*corev1.Node
-		for i := range nodes.Items {
-			m := &nodes.Items[i]
-			if _, ok := m.Annotations[v1alpha1.AnnotationResumeDecision]; ok && nodeutil.Pool(m) == "" {
-				interrupted = append(interrupted, m)
-			}
-		}
-		reclaimed := ReclaimedPools(interrupted, s.Now)
+		reclaimed := handoff.ReclaimedPools(handoff.Interrupted(all), s.Now)
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
@@ -310,8 +310,8 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 
 // usableSeat is the kubernetes.io/hostname of the node where p's seat, Ready, holds room that
 // p's replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
-// Pod) and that is not AtRisk of the reclaim (reclaimed: ReclaimedPools; a Pod moved to the
-// next node the reclaim takes would move again), "" when there is none. Cache only.
+// Pod) and that is not handoff.AtRisk of the reclaim (reclaimed: handoff.ReclaimedPools; a Pod
+// moved to the next node the reclaim takes would move again), "" when there is none. Cache only.
 func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod, reclaimed map[string]time.Time) (string, error) {
 	seat := &corev1.Pod{}
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
@@ -326,7 +326,7 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 	if err := c.client.Get(ctx, types.NamespacedName{Name: seat.Spec.NodeName}, node); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	if !handoff.SeatNodeUsable(node) || AtRisk(node, reclaimed) {
+	if !handoff.SeatNodeUsable(node) || handoff.AtRisk(node, reclaimed) {
 		return "", nil
 	}
 	if host := node.Labels[corev1.LabelHostname]; host != "" {
@@ -338,8 +338,9 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 // podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index; the
 // cache's own objects: read only).
 // ensureSeats creates the handoff seat of each Pod that has none yet (handoff.Seat, made for
-// interrupted node n; the seat's lifeboat adopts it once the Pod is there).
-func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*corev1.Pod) error {
+// interrupted node n, kept off the hosts avoid; the seat's lifeboat adopts it once the Pod is
+// there).
+func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*corev1.Pod, avoid []string) error {
 	if c.Seats == nil {
 		return nil
 	}
@@ -353,7 +354,9 @@ func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*co
 			errs = append(errs, err)
 			continue
 		}
-		seat := handoff.Seat(p, n, *c.Seats)
+		spec := *c.Seats
+		spec.AvoidHosts = avoid
+		seat := handoff.Seat(p, n, spec)
 		if err := c.client.Create(ctx, seat); err != nil {
 			if !apierrors.IsAlreadyExists(err) {
 				errs = append(errs, fmt.Errorf("create seat %s for %s: %w", seat.Name, klog.KObj(p), err))

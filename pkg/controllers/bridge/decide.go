@@ -24,7 +24,6 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
-	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
 // Options bound the bridge.
@@ -120,6 +119,9 @@ type NodeState struct {
 	// SeatRecords are the pool Nodes carrying AnnotationBridgeSeats, whatever their state (the
 	// controller's, not the plan's: forgetSeat).
 	SeatRecords []*corev1.Node
+	// AvoidHosts are the nodes a seat made now must not land on (handoff.AtRiskHosts; the
+	// controller's).
+	AvoidHosts []string
 }
 
 // PodAction is a write to one Pod's hold annotation.
@@ -506,31 +508,4 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Margin, "bridge-margin", o.Margin, "Time kept between the end of a held Pod's hold plus its grace period and the reclaim (notice time + --bridge-notice); a hold ends at notice + notice − grace − margin.")
 	fs.BoolVar(&o.Off, "disable-bridge", o.Off, "Hold no evictions and surge nothing before a drain (lifeboats still resume and take the evicted Pods); also set lifeboat-webhook --eviction-pending-hold=0.")
 	fs.DurationVar(&o.ResumeTimeout, "bridge-resume-timeout", o.ResumeTimeout, "Release the holds of an interrupted node whose lifeboats are not Ready this long after its notice, so the drain proceeds as without Lifeboat.")
-}
-
-// ReclaimedPools maps the capacity pool (telemetry.PoolKey) of each interrupted node to the
-// earliest notice among that pool's interrupted nodes (policy.DrainStart; now when a node shows
-// none yet). Pure.
-func ReclaimedPools(interrupted []*corev1.Node, now time.Time) map[string]time.Time {
-	out := map[string]time.Time{}
-	for _, n := range interrupted {
-		at, ok := policy.DrainStart(n)
-		if !ok {
-			at = now
-		}
-		key := telemetry.PoolKeyFromLabels(n.Labels)
-		if first, seen := out[key]; !seen || at.Before(first) {
-			out[key] = at
-		}
-	}
-	return out
-}
-
-// AtRisk says whether node n is likely the next of a reclaim: it is of a capacity pool being
-// reclaimed and ran there before the reclaim's first notice. A Spot reclaim takes many nodes of
-// one pool within minutes; a node launched into the pool after that notice is capacity EC2
-// granted during the reclaim, no likelier to go than any other. Pure.
-func AtRisk(n *corev1.Node, reclaimed map[string]time.Time) bool {
-	first, ok := reclaimed[telemetry.PoolKeyFromLabels(n.Labels)]
-	return ok && n.CreationTimestamp.Time.Before(first)
 }

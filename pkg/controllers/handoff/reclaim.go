@@ -1,0 +1,79 @@
+package handoff
+
+import (
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
+	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
+)
+
+// A seat keeps room where its Pod will stay: not on a node the reclaim under way is likely to
+// take next. A Spot reclaim takes many nodes of one capacity pool within minutes, so a node
+// that ran in a pool being reclaimed before that pool's first notice is at risk; a node
+// launched into the pool since is capacity EC2 granted during the reclaim (Karpenter's
+// replacements usually go to the same, cheapest pool), no likelier to go than any other.
+
+// ReclaimedPools maps the capacity pool (telemetry.PoolKey) of each interrupted node to the
+// earliest notice among that pool's interrupted nodes (policy.DrainStart; now when a node shows
+// none yet). Pure.
+func ReclaimedPools(interrupted []*corev1.Node, now time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, n := range interrupted {
+		at, ok := policy.DrainStart(n)
+		if !ok {
+			at = now
+		}
+		key := telemetry.PoolKeyFromLabels(n.Labels)
+		if first, seen := out[key]; !seen || at.Before(first) {
+			out[key] = at
+		}
+	}
+	return out
+}
+
+// AtRisk says whether node n is likely the next of a reclaim (reclaimed: ReclaimedPools): it
+// is of a capacity pool being reclaimed and ran there before the pool's first notice. Pure.
+func AtRisk(n *corev1.Node, reclaimed map[string]time.Time) bool {
+	first, ok := reclaimed[telemetry.PoolKeyFromLabels(n.Labels)]
+	return ok && n.CreationTimestamp.Time.Before(first)
+}
+
+// Interrupted are the nodes Lifeboat decided a resume for (its interruption mark), warm-pool
+// nodes aside. Pure.
+func Interrupted(nodes []*corev1.Node) []*corev1.Node {
+	var out []*corev1.Node
+	for _, n := range nodes {
+		if _, ok := n.Annotations[v1alpha1.AnnotationResumeDecision]; ok && nodeutil.Pool(n) == "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// AtRiskHosts are the kubernetes.io/hostname values (the node name when unlabelled) of the
+// nodes AtRisk and not yet interrupted (an interrupted node's taint keeps seats off already),
+// sorted: what a seat avoids (SeatSpec.AvoidHosts). Pure.
+func AtRiskHosts(nodes []*corev1.Node, now time.Time) []string {
+	reclaimed := ReclaimedPools(Interrupted(nodes), now)
+	if len(reclaimed) == 0 {
+		return nil
+	}
+	var out []string
+	for _, n := range nodes {
+		if _, interrupted := n.Annotations[v1alpha1.AnnotationResumeDecision]; interrupted || nodeutil.Pool(n) != "" || !AtRisk(n, reclaimed) {
+			continue
+		}
+		host := n.Labels[corev1.LabelHostname]
+		if host == "" {
+			host = n.Name
+		}
+		out = append(out, host)
+	}
+	slices.Sort(out)
+	return out
+}
