@@ -83,6 +83,9 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(seatLifeboat), builder.WithPredicates(seatCreated)).
 		// An interrupted node gone: the seats made at its holds that no lifeboat adopted go.
 		Watches(&corev1.Node{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(interruptedNodeDeleted)).
+		// A PodDisruptionBudget allowing a disruption again (the last moved Pod is Ready): the
+		// next Pod that leaves for its seat goes now, not at the next poll.
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(c.seatLifeboatsIn), builder.WithPredicates(budgetFreed)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(c)
 }

@@ -414,6 +414,39 @@ func seatLifeboat(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
+// seatLifeboatsIn maps a PodDisruptionBudget to the lifeboats of the seats kept for Pods of its
+// namespace (the cache's seats).
+func (c *Controller) seatLifeboatsIn(ctx context.Context, o client.Object) []reconcile.Request {
+	seats, err := c.listSeats(ctx)
+	if err != nil {
+		return nil // the poll still comes
+	}
+	var out []reconcile.Request
+	seen := map[string]bool{}
+	for _, s := range seats {
+		ns, _, _ := strings.Cut(s.Annotations[v1alpha1.AnnotationSeatFor], "/")
+		node := s.Annotations[v1alpha1.AnnotationSeatNode]
+		if ns == o.GetNamespace() && node != "" && !seen[node] {
+			seen[node] = true
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: node}})
+		}
+	}
+	return out
+}
+
+// budgetFreed passes a PodDisruptionBudget whose status turns from allowing no disruption to
+// allowing one.
+var budgetFreed = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, ok1 := e.ObjectOld.(*policyv1.PodDisruptionBudget)
+		pdb, ok2 := e.ObjectNew.(*policyv1.PodDisruptionBudget)
+		return ok1 && ok2 && old.Status.DisruptionsAllowed == 0 && pdb.Status.DisruptionsAllowed > 0
+	},
+}
+
 // seatCreated passes a seat's create event: every seat at the controller's start (the
 // informer's first list), so that a lifeboat deleted while the controller was down still has
 // its seats deleted.
