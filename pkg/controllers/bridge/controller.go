@@ -192,7 +192,7 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 			errs = append(errs, err)
 		}
 	}
-	if err := c.ensureSeats(ctx, n, plan.Seat, s.AvoidHosts); err != nil {
+	if err := c.ensureSeats(ctx, n, plan.Seat); err != nil {
 		// Seats only save time: the bridge goes on without them.
 		logger.Error(err, "Making the handoff seats of held StatefulSet Pods")
 	}
@@ -286,9 +286,6 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	for i := range nodes.Items {
 		all[i] = &nodes.Items[i]
 	}
-	if c.Seats != nil {
-		s.AvoidHosts = handoff.AtRiskHosts(all, s.Now)
-	}
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
 		reclaimed := handoff.ReclaimedPools(handoff.Interrupted(all), s.Now)
@@ -338,9 +335,8 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 // podsOn lists the non-terminal, non-terminating Pods bound to a node (cache, by index; the
 // cache's own objects: read only).
 // ensureSeats creates the handoff seat of each Pod that has none yet (handoff.Seat, made for
-// interrupted node n, kept off the hosts avoid; the seat's lifeboat adopts it once the Pod is
-// there).
-func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*corev1.Pod, avoid []string) error {
+// interrupted node n; the seat's lifeboat adopts it once the Pod is there).
+func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*corev1.Pod) error {
 	if c.Seats == nil {
 		return nil
 	}
@@ -354,9 +350,7 @@ func (c *Controller) ensureSeats(ctx context.Context, n *corev1.Node, pods []*co
 			errs = append(errs, err)
 			continue
 		}
-		spec := *c.Seats
-		spec.AvoidHosts = avoid
-		seat := handoff.Seat(p, n, spec)
+		seat := handoff.Seat(p, n, *c.Seats)
 		if err := c.client.Create(ctx, seat); err != nil {
 			if !apierrors.IsAlreadyExists(err) {
 				errs = append(errs, fmt.Errorf("create seat %s for %s: %w", seat.Name, klog.KObj(p), err))

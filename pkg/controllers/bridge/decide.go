@@ -119,9 +119,6 @@ type NodeState struct {
 	// SeatRecords are the pool Nodes carrying AnnotationBridgeSeats, whatever their state (the
 	// controller's, not the plan's: forgetSeat).
 	SeatRecords []*corev1.Node
-	// AvoidHosts are the nodes a seat made now must not land on (handoff.AtRiskHosts; the
-	// controller's).
-	AvoidHosts []string
 }
 
 // PodAction is a write to one Pod's hold annotation.

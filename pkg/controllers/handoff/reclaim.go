@@ -1,7 +1,6 @@
 package handoff
 
 import (
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +11,8 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
-// A seat keeps room where its Pod will stay: not on a node the reclaim under way is likely to
-// take next. A Spot reclaim takes many nodes of one capacity pool within minutes, so a node
+// A Pod moves straight to its seat only where it will stay: not on a node the reclaim under way
+// is likely to take next. A Spot reclaim takes many nodes of one capacity pool within minutes, so a node
 // that ran in a pool being reclaimed before that pool's first notice is at risk; a node
 // launched into the pool since is capacity EC2 granted during the reclaim (Karpenter's
 // replacements usually go to the same, cheapest pool), no likelier to go than any other.
@@ -52,28 +51,5 @@ func Interrupted(nodes []*corev1.Node) []*corev1.Node {
 			out = append(out, n)
 		}
 	}
-	return out
-}
-
-// AtRiskHosts are the kubernetes.io/hostname values (the node name when unlabelled) of the
-// nodes AtRisk and not yet interrupted (an interrupted node's taint keeps seats off already),
-// sorted: what a seat avoids (SeatSpec.AvoidHosts). Pure.
-func AtRiskHosts(nodes []*corev1.Node, now time.Time) []string {
-	reclaimed := ReclaimedPools(Interrupted(nodes), now)
-	if len(reclaimed) == 0 {
-		return nil
-	}
-	var out []string
-	for _, n := range nodes {
-		if _, interrupted := n.Annotations[v1alpha1.AnnotationResumeDecision]; interrupted || nodeutil.Pool(n) != "" || !AtRisk(n, reclaimed) {
-			continue
-		}
-		host := n.Labels[corev1.LabelHostname]
-		if host == "" {
-			host = n.Name
-		}
-		out = append(out, host)
-	}
-	slices.Sort(out)
 	return out
 }

@@ -143,10 +143,6 @@ type SeatSpec struct {
 	// Node-owned seat only ever found room that already existed. A lifeboat's seats go with
 	// it through the handoff controller (leftover).
 	Pool *v1alpha1.WarmPool
-	// AvoidHosts are kubernetes.io/hostname values a new seat must not land on (AtRiskHosts):
-	// a required NotIn term, so Karpenter launches room elsewhere rather than the seat taking
-	// room on a node the reclaim is likely to take next.
-	AvoidHosts []string
 }
 
 // Seat is the seat for Pod p of lifeboat node. Pure.
@@ -189,7 +185,6 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		seat.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
 	}
-	avoidHosts(seat, spec.AvoidHosts)
 	if spec.PrePullImages {
 		seat.Spec.Volumes = PrePullVolumes(p)
 	}
@@ -197,29 +192,6 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 		seat.OwnerReferences = []metav1.OwnerReference{poolOwner(spec.Pool)}
 	}
 	return seat
-}
-
-// avoidHosts adds "kubernetes.io/hostname NotIn hosts" to every required node selector term
-// of the seat (terms are ORed, their expressions ANDed), or makes it the only term.
-func avoidHosts(seat *corev1.Pod, hosts []string) {
-	if len(hosts) == 0 {
-		return
-	}
-	req := corev1.NodeSelectorRequirement{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpNotIn, Values: slices.Clone(hosts)}
-	if seat.Spec.Affinity == nil {
-		seat.Spec.Affinity = &corev1.Affinity{}
-	}
-	if seat.Spec.Affinity.NodeAffinity == nil {
-		seat.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := seat.Spec.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	for i := range terms {
-		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
-	}
 }
 
 // PrePullVolumes are image volumes of the Pod's images (init containers', then containers',

@@ -44,26 +44,7 @@ func (c *Controller) syncSeats(ctx context.Context, pool *v1alpha1.WarmPool, n *
 	if err != nil {
 		return err
 	}
-	all := &corev1.NodeList{}
-	if err := c.client.List(ctx, all, client.UnsafeDisableDeepCopy); err != nil { // read only
-		return err
-	}
-	allNodes := make([]*corev1.Node, len(all.Items))
-	for i := range all.Items {
-		allNodes[i] = &all.Items[i]
-	}
-	now := c.clock.Now()
-	// A seat on a node the reclaim is likely to take next is made again elsewhere, and new
-	// seats avoid such nodes.
-	usable := usableNodes(nodes)
-	reclaimed := ReclaimedPools(Interrupted(allNodes), now)
-	for name, node := range nodes {
-		if AtRisk(node, reclaimed) {
-			usable[name] = false
-		}
-	}
-	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, usable, SeatSpec{Namespace: c.Namespace, Image: c.SeatImage, PrePullImages: !c.SeatPrePullOff, Pool: pool,
-		AvoidHosts: AtRiskHosts(allNodes, now)})
+	plan := PlanSeats(n, GroupPods(pods, rsToDeploy), existing, usableNodes(nodes), SeatSpec{Namespace: c.Namespace, Image: c.SeatImage, PrePullImages: !c.SeatPrePullOff, Pool: pool})
 	var errs []error
 	for _, s := range plan.Create {
 		if err := c.client.Create(ctx, s); err != nil {
