@@ -751,6 +751,17 @@ func TestHeldStatefulSetPodsGetSeatsAtTheHold(t *testing.T) {
 	}
 }
 
+// heldSingleReplica is db-0, held on interrupted node spot-1, and its one-replica StatefulSet.
+func heldSingleReplica() (*corev1.Pod, *appsv1.StatefulSet) {
+	db := appPod("db-0", "spot-1", true, true)
+	db.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
+	db.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
+	db.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	return db, sts
+}
+
 // TestHeldStatefulSetPodMovesStraightToItsSeat: a held StatefulSet Pod whose seat (made at the
 // hold) already holds room on a Ready node moves there at once — no lifeboat Ready needed —
 // instead of to a lifeboat and on again at the handoff: the seat's host is recorded on a
@@ -758,13 +769,7 @@ func TestHeldStatefulSetPodsGetSeatsAtTheHold(t *testing.T) {
 // (its room is the replacement's). A seat on a node not Ready yet, on a node of the capacity
 // pool being reclaimed, or not Ready itself (pulling the images) moves nothing.
 func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
-	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
-	db := appPod("db-0", "spot-1", true, true)
-	db.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
-	db.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
-	db.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: held}
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
-		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	db, sts := heldSingleReplica()
 	spec := handoff.SeatSpec{Namespace: "lifeboat-system"}
 	seat := handoff.Seat(db, interruptedNode("spot-1", "lb-1"), spec)
 	seat.Spec.NodeName = "kwok-7"
@@ -828,13 +833,7 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 // bridge seat record loses its entry first, so the webhook routes its replacement to the
 // lifeboat's scheduler instead of preferring the old seat's node.
 func TestMoveToLifeboatForgetsAnEarlierStraightMove(t *testing.T) {
-	held := nodeutil.FormatTime(HoldDeadline(ctrlNotice, 30*time.Second, DefaultOptions()))
-	db := appPod("db-0", "spot-1", true, true)
-	db.Labels = map[string]string{"app": "db", v1alpha1.LabelProtected: "true"}
-	db.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: ptr.To(true)}}
-	db.Annotations = map[string]string{v1alpha1.AnnotationEvictionHold: held}
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db", UID: "sts"},
-		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	db, sts := heldSingleReplica()
 	boat := poolNode("lb-1", "spot-1", true, "8")
 	rec, _ := policy.SeatRecord{}.With(map[string]string{"app/db-0": "spot-1", "app/other-0": "fast-9"}, ctrlNow.Add(-time.Minute))
 	boat.Annotations = map[string]string{v1alpha1.AnnotationBridgeSeats: rec.String()}
