@@ -227,6 +227,7 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	}
 	bound := map[string][]*corev1.Pod{}
 	var held []*corev1.Pod
+	var interruptedNodes []*corev1.Node // what ReclaimedPools reads
 	heldUIDs := map[types.UID]bool{}
 	for i := range nodes.Items {
 		m := &nodes.Items[i]
@@ -237,6 +238,9 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 		boat := nodeutil.Pool(m) != "" && nodeutil.State(m) == v1alpha1.NodeStateActive && m.DeletionTimestamp == nil
 		if !interrupted && !boat {
 			continue
+		}
+		if interrupted && nodeutil.Pool(m) == "" {
+			interruptedNodes = append(interruptedNodes, m)
 		}
 		pods, err := c.podsOn(ctx, m.Name)
 		if err != nil {
@@ -282,13 +286,9 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 		}
 		s.SettledStatefulSets[key] = settled
 	}
-	all := make([]*corev1.Node, len(nodes.Items))
-	for i := range nodes.Items {
-		all[i] = &nodes.Items[i]
-	}
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
-		reclaimed := handoff.ReclaimedPools(handoff.Interrupted(all), s.Now)
+		reclaimed := handoff.ReclaimedPools(interruptedNodes, s.Now)
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
@@ -493,7 +493,7 @@ func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod, se
 			metrics.BridgeReleases.WithLabelValues(ReleaseMovedToSeat).Inc()
 			c.recorder.Eventf(p, n, corev1.EventTypeNormal, v1alpha1.EventBridgeMove, "Move",
 				"Moved straight to its seat's node %s (launched for it at the hold; its images pulled), one replica at a time: node %s is interrupted", seatHost, n.Name)
-			return c.deleteSeat(ctx, p)
+			return handoff.DeleteSeat(ctx, c.client, c.Seats.Namespace, handoff.SeatName(p.Namespace, p.Name))
 		}
 		klog.FromContext(ctx).V(2).Info("Moved a held StatefulSet Pod to its lifeboat", "pod", klog.KObj(p), "evictionResult", err)
 		metrics.BridgeReleases.WithLabelValues(ReleaseMoved).Inc()
@@ -545,15 +545,21 @@ func (c *Controller) recordSeat(ctx context.Context, boat *corev1.Node, key, hos
 	if !changed {
 		return nil
 	}
+	if err := c.writeBridgeSeats(ctx, boat, rec); err != nil {
+		return fmt.Errorf("record the seat of %s on lifeboat %s: %w", key, boat.Name, err)
+	}
+	return nil
+}
+
+// writeBridgeSeats patches boat's AnnotationBridgeSeats to rec under an optimistic lock (boat
+// is the cache's object: patched on a copy).
+func (c *Controller) writeBridgeSeats(ctx context.Context, boat *corev1.Node, rec policy.SeatRecord) error {
 	updated := boat.DeepCopy()
 	if updated.Annotations == nil {
 		updated.Annotations = map[string]string{}
 	}
 	updated.Annotations[v1alpha1.AnnotationBridgeSeats] = rec.String()
-	if err := c.client.Patch(ctx, updated, client.MergeFromWithOptions(boat, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("record the seat of %s on lifeboat %s: %w", key, boat.Name, err)
-	}
-	return nil
+	return c.client.Patch(ctx, updated, client.MergeFromWithOptions(boat, client.MergeFromWithOptimisticLock{}))
 }
 
 // forgetSeat removes p's entry from the pool Nodes' AnnotationBridgeSeats records (a straight
@@ -570,20 +576,9 @@ func (c *Controller) forgetSeat(ctx context.Context, p *corev1.Pod, recorded []*
 		if !had {
 			continue
 		}
-		updated := boat.DeepCopy()
-		updated.Annotations[v1alpha1.AnnotationBridgeSeats] = rec.String()
-		if err := c.client.Patch(ctx, updated, client.MergeFromWithOptions(boat, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := c.writeBridgeSeats(ctx, boat, rec); err != nil {
 			return fmt.Errorf("forget the seat of %s on lifeboat %s: %w", key, boat.Name, err)
 		}
-	}
-	return nil
-}
-
-// deleteSeat deletes the seat of p, moved straight to its node: its room is the replacement's.
-func (c *Controller) deleteSeat(ctx context.Context, p *corev1.Pod) error {
-	seat := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}}
-	if err := c.client.Delete(ctx, seat, &client.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete the seat of %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return nil
 }

@@ -112,9 +112,10 @@ type NodeState struct {
 	// SettledStatefulSets holds the StatefulSets (namespace/name) whose every replica is Ready
 	// and none terminating: one of their held Pods may move.
 	SettledStatefulSets map[string]bool
-	// SeatHosts are the held StatefulSet Pods whose seat (made at the hold) already holds room
-	// on a usable node that no waiting protected Pod would take first (handoff.SeatNodeUsable,
-	// handoff.Contested), by UID: the kubernetes.io/hostname of that node.
+	// SeatHosts are the held StatefulSet Pods whose seat (made at the hold) is Ready and holds
+	// room on a usable node, not at risk of the reclaim, that no waiting protected Pod would
+	// take first (handoff.SeatNodeUsable, handoff.AtRisk, handoff.Contested), by UID: the
+	// kubernetes.io/hostname of that node.
 	SeatHosts map[types.UID]string
 	// SeatRecords are the pool Nodes carrying AnnotationBridgeSeats, whatever their state (the
 	// controller's, not the plan's: forgetSeat).

@@ -5,16 +5,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
-	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	"github.com/lifeboat-k8s/lifeboat/pkg/telemetry"
 )
 
 // A Pod moves straight to its seat only where it will stay: not on a node the reclaim under way
-// is likely to take next. A Spot reclaim takes many nodes of one capacity pool within minutes, so a node
-// that ran in a pool being reclaimed before that pool's first notice is at risk; a node
-// launched into the pool since is capacity EC2 granted during the reclaim (Karpenter's
+// is likely to take next. A Spot reclaim takes many nodes of one capacity pool within minutes,
+// so a node that ran in a pool being reclaimed before that pool's first notice is at risk; a
+// node launched into the pool since is capacity EC2 granted during the reclaim (Karpenter's
 // replacements usually go to the same, cheapest pool), no likelier to go than any other.
 
 // ReclaimedPools maps the capacity pool (telemetry.PoolKey) of each interrupted node to the
@@ -40,16 +38,4 @@ func ReclaimedPools(interrupted []*corev1.Node, now time.Time) map[string]time.T
 func AtRisk(n *corev1.Node, reclaimed map[string]time.Time) bool {
 	first, ok := reclaimed[telemetry.PoolKeyFromLabels(n.Labels)]
 	return ok && n.CreationTimestamp.Time.Before(first)
-}
-
-// Interrupted are the nodes Lifeboat decided a resume for (its interruption mark), warm-pool
-// nodes aside. Pure.
-func Interrupted(nodes []*corev1.Node) []*corev1.Node {
-	var out []*corev1.Node
-	for _, n := range nodes {
-		if _, ok := n.Annotations[v1alpha1.AnnotationResumeDecision]; ok && nodeutil.Pool(n) == "" {
-			out = append(out, n)
-		}
-	}
-	return out
 }

@@ -177,8 +177,14 @@ func SeatAwaitsAdoption(p *corev1.Pod, at *corev1.Node, now time.Time) bool {
 }
 
 func (c *Controller) deleteSeat(ctx context.Context, name string) error {
-	s := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
-	if err := c.client.Delete(ctx, s, &client.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+	return DeleteSeat(ctx, c.client, c.Namespace, name)
+}
+
+// DeleteSeat deletes the seat namespace/name at once (no grace: it runs nothing); a seat
+// already gone is no error.
+func DeleteSeat(ctx context.Context, c client.Client, namespace, name string) error {
+	s := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if err := c.Delete(ctx, s, &client.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete seat %s: %w", name, err)
 	}
 	return nil
