@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -114,7 +113,7 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 		if _, ok := straight[h.name]; h.deleting && h.deletingRV <= seatRV && !ok {
 			t.Errorf("%s was deleted (resourceVersion %d) before a lifeboat seat was Ready (%s at %d)", h.name, h.deletingRV, seatNode, seatRV)
 		}
-		if !slices.ContainsFunc(h.holds, func(v string) bool { _, err := time.Parse(time.RFC3339Nano, v); return err == nil }) {
+		if !heldOnce(h) {
 			t.Errorf("%s was never held (hold annotations seen: %q)", h.name, h.holds)
 		}
 	}
