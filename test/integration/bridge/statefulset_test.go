@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -37,19 +38,10 @@ var statefulSetFlags = bridgeFlags{notice: 40 * time.Second, margin: 5 * time.Se
 func TestStatefulSetMovesOneAtATime(t *testing.T) {
 	const replicas = 5
 	e := shared(t)
-	e.startController(t, statefulSetFlags)
-	e.quiesce(t)
-	ns := e.newNamespace(t, "sts")
-	w := workload{name: "db", statefulSet: true, replicas: replicas, graceSeconds: 1, maxUnavailable: 1}
-	node, old := e.place(t, ns, replicas, w)
-	id := e.prepareNotice(t, node)
-	seats := e.watchSeats(t)
-	handoffSeats := e.watchHandoffSeats(t)
-	rec := e.recordPods(t, ns, w.selector())
-	ready := e.sampleReady(t, ns, w.selector())
-	time.Sleep(300 * time.Millisecond) // the instance-ID annotation reaches the controller's cache
-
-	t0 := e.interrupt(t, node, id)
+	r := e.startStatefulSetRound(t, statefulSetFlags, "sts", replicas, 0)
+	ns, w, node, old := r.ns, r.w, r.node, r.old
+	seats, handoffSeats, rec, ready := r.boats, r.handoffSeats, r.rec, r.ready
+	t0 := e.interrupt(t, node, r.instanceID)
 	killed := e.waitGoneBy(t, ns, old, t0.Add(statefulSetFlags.notice))
 	// Every replica comes back Ready under its name (a new Pod), at least one of them on a
 	// lifeboat. Read from the Pods' histories: the lifeboat may hand off right after the last
@@ -117,18 +109,58 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 			t.Errorf("%s was never held (hold annotations seen: %q)", h.name, h.holds)
 		}
 	}
-	// A move releases its Pod without an EvictionReleased event (it records BridgeMove); that
-	// event means a hold was given up and the Pod left for Karpenter's capacity, not a seat.
-	released, err := e.events(context.Background(), ns, v1alpha1.EventEvictionReleased)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(released) > 0 {
-		t.Errorf("%d holds given up instead of moved to the lifeboat: %v", len(released), released)
-	}
+	e.checkNoneReleased(t, ns)
 	evs, err := e.events(context.Background(), ns, v1alpha1.EventBridgeMove)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("seat Ready on %s; %d BridgeMove events (the rest moved by Karpenter's drain once released): %v", seatNode, len(evs), evs)
+}
+
+// stsRound is a StatefulSet test's setup: the workload placed on one Karpenter Spot node, the
+// notice prepared, and the watches running.
+type stsRound struct {
+	ns, node, instanceID string
+	w                    workload
+	old                  []corev1.Pod
+	boats                *seatWatch
+	handoffSeats         *handoffSeatWatch
+	rec                  *recorder
+	ready                *sampler
+}
+
+// startStatefulSetRound runs the controller with flags, places a protected StatefulSet of
+// replicas (PDB maxUnavailable 1, 1 s grace) in a new namespace, prepares the notice for its
+// node, delays the lifeboat's resume by resumeDelay (0: none) and starts the watches; the test
+// interrupts the node.
+func (e *env) startStatefulSetRound(t *testing.T, flags bridgeFlags, prefix string, replicas int32, resumeDelay time.Duration) *stsRound {
+	t.Helper()
+	e.startController(t, flags)
+	e.quiesce(t)
+	r := &stsRound{ns: e.newNamespace(t, prefix), w: workload{name: "db", statefulSet: true, replicas: replicas, graceSeconds: 1, maxUnavailable: 1}}
+	r.node, r.old = e.place(t, r.ns, int(replicas), r.w)
+	r.instanceID = e.prepareNotice(t, r.node)
+	if resumeDelay > 0 {
+		e.setResumeDelay(t, resumeDelay)
+	}
+	r.boats = e.watchSeats(t)
+	r.handoffSeats = e.watchHandoffSeats(t)
+	r.rec = e.recordPods(t, r.ns, r.w.selector())
+	r.ready = e.sampleReady(t, r.ns, r.w.selector())
+	time.Sleep(300 * time.Millisecond) // the instance-ID annotation reaches the controller's cache
+	return r
+}
+
+// checkNoneReleased: no EvictionReleased event in ns. A move releases its Pod without one (it
+// records BridgeMove); the event means a hold was given up and the Pod left for Karpenter's
+// capacity, not a seat.
+func (e *env) checkNoneReleased(t *testing.T, ns string) {
+	t.Helper()
+	released, err := e.events(context.Background(), ns, v1alpha1.EventEvictionReleased)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(released) > 0 {
+		t.Errorf("%d holds given up instead of moved: %v", len(released), released)
+	}
 }
