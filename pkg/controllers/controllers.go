@@ -34,7 +34,6 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodepool"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/pooltelemetry"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimback"
-	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimrisk"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/recycle"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/warmpool"
 )
@@ -160,7 +159,6 @@ func Register(ctx context.Context, mgr manager.Manager, d Deps) (*Registered, er
 		"warmpool": wp, "interruption": intr, "interruption-intake": intr.Intake(), "activation": act, "handoff": ho,
 		"recycle": recycle.New(c, d.Instances, d.Clock, rec), "garbagecollection": gc,
 		"nodepool": nodepool.New(c, rec), "telemetry": &pooltelemetry.Controller{Store: store},
-		"reclaimrisk": reclaimrisk.New(c, d.Clock),
 	}
 	if !bo.Off {
 		br := bridge.New(c, mgr.GetAPIReader(), d.Clock, rec, bo)

@@ -72,13 +72,7 @@ const (
 	// LabelSeat marks the handoff's seats: placeholder Pods in Lifeboat's namespace that keep
 	// room on ordinary capacity for a lifeboat Pod the handoff will evict (a StatefulSet's).
 	// AnnotationSeatFor names that Pod (namespace/name), AnnotationSeatNode its lifeboat node.
-	LabelSeat = Group + "/seat"
-	// LabelReclaimAtRisk marks (value "true") an ordinary Spot Node that ran in a capacity pool
-	// being reclaimed before that pool's first notice: likely the next to go. Seats require its
-	// absence (a DoesNotExist term Karpenter honours), so the room they keep is not taken back
-	// by the same reclaim a moment later. Set and removed by the reclaimrisk controller; it
-	// lasts while the pool has an interrupted Node.
-	LabelReclaimAtRisk = Group + "/reclaim-at-risk"
+	LabelSeat          = Group + "/seat"
 	AnnotationSeatFor  = Group + "/seat-for"
 	AnnotationSeatNode = Group + "/seat-node"
 	// AnnotationSeats on a draining lifeboat Node records where the seat of each Pod the handoff

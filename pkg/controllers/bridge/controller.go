@@ -34,7 +34,6 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/metrics"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
-	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/reclaimrisk"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/scaling"
 	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
@@ -240,7 +239,7 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 		if !interrupted && !boat {
 			continue
 		}
-		if reclaimrisk.Interrupted(m) {
+		if interrupted && nodeutil.Pool(m) == "" {
 			interruptedNodes = append(interruptedNodes, m)
 		}
 		pods, err := c.podsOn(ctx, m.Name)
@@ -289,7 +288,7 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	}
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
-		reclaimed := reclaimrisk.ReclaimedPools(interruptedNodes, s.Now)
+		reclaimed := handoff.ReclaimedPools(interruptedNodes, s.Now)
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
@@ -308,7 +307,7 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 
 // usableSeat is the kubernetes.io/hostname of the node where p's seat, Ready, holds room that
 // p's replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
-// Pod) and that is not reclaimrisk.AtRisk of the reclaim (reclaimed: reclaimrisk.ReclaimedPools; a Pod
+// Pod) and that is not handoff.AtRisk of the reclaim (reclaimed: handoff.ReclaimedPools; a Pod
 // moved to the next node the reclaim takes would move again), "" when there is none. Cache only.
 func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod, reclaimed map[string]time.Time) (string, error) {
 	seat := &corev1.Pod{}
@@ -324,7 +323,7 @@ func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*c
 	if err := c.client.Get(ctx, types.NamespacedName{Name: seat.Spec.NodeName}, node); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	if !handoff.SeatNodeUsable(node) || reclaimrisk.AtRisk(node, reclaimed) {
+	if !handoff.SeatNodeUsable(node) || handoff.AtRisk(node, reclaimed) {
 		return "", nil
 	}
 	if host := node.Labels[corev1.LabelHostname]; host != "" {

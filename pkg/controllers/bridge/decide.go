@@ -114,7 +114,7 @@ type NodeState struct {
 	SettledStatefulSets map[string]bool
 	// SeatHosts are the held StatefulSet Pods whose seat (made at the hold) is Ready and holds
 	// room on a usable node, not at risk of the reclaim, that no waiting protected Pod would
-	// take first (handoff.SeatNodeUsable, reclaimrisk.AtRisk, handoff.Contested), by UID: the
+	// take first (handoff.SeatNodeUsable, handoff.AtRisk, handoff.Contested), by UID: the
 	// kubernetes.io/hostname of that node.
 	SeatHosts map[types.UID]string
 	// SeatRecords are the pool Nodes carrying AnnotationBridgeSeats, whatever their state (the

@@ -182,11 +182,9 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 			}},
 		},
 	}
-	var affinity *corev1.NodeAffinity
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
-		affinity = a.NodeAffinity.DeepCopy()
+		seat.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
 	}
-	seat.Spec.Affinity = &corev1.Affinity{NodeAffinity: offAtRisk(affinity)}
 	if spec.PrePullImages {
 		seat.Spec.Volumes = PrePullVolumes(p)
 	}
@@ -194,27 +192,6 @@ func Seat(p *corev1.Pod, node *corev1.Node, spec SeatSpec) *corev1.Pod {
 		seat.OwnerReferences = []metav1.OwnerReference{poolOwner(spec.Pool)}
 	}
 	return seat
-}
-
-// offAtRisk adds to the required node affinity a (nil: none) the absence of
-// v1alpha1.LabelReclaimAtRisk, in every term (terms are ORed): a seat does not take free room on
-// a node the reclaim under way is likely to take next (package reclaimrisk). Karpenter honours
-// a DoesNotExist requirement on a label its NodePools do not define (scheduling.Requirements
-// .Compatible), where it ignores a Pod with any kubernetes.io/hostname requirement. Returns a.
-func offAtRisk(a *corev1.NodeAffinity) *corev1.NodeAffinity {
-	if a == nil {
-		a = &corev1.NodeAffinity{}
-	}
-	off := corev1.NodeSelectorRequirement{Key: v1alpha1.LabelReclaimAtRisk, Operator: corev1.NodeSelectorOpDoesNotExist}
-	req := a.RequiredDuringSchedulingIgnoredDuringExecution
-	if req == nil || len(req.NodeSelectorTerms) == 0 {
-		a.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{off}}}}
-		return a
-	}
-	for i := range req.NodeSelectorTerms {
-		req.NodeSelectorTerms[i].MatchExpressions = append(req.NodeSelectorTerms[i].MatchExpressions, off)
-	}
-	return a
 }
 
 // PrePullVolumes are image volumes of the Pod's images (init containers', then containers',

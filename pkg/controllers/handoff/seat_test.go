@@ -77,15 +77,9 @@ func TestSeat(t *testing.T) {
 	if !reflect.DeepEqual(s.Spec.Tolerations, want) {
 		t.Errorf("tolerations %v, want %v (never a lifeboat's, a disrupted node's, or every taint)", s.Spec.Tolerations, want)
 	}
-	wantAffinity := p.Spec.Affinity.NodeAffinity.DeepCopy()
-	terms := wantAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	terms[0].MatchExpressions = append(terms[0].MatchExpressions, corev1.NodeSelectorRequirement{Key: v1alpha1.LabelReclaimAtRisk, Operator: corev1.NodeSelectorOpDoesNotExist})
 	if !reflect.DeepEqual(s.Spec.NodeSelector, p.Spec.NodeSelector) || s.Spec.Affinity == nil ||
-		!reflect.DeepEqual(s.Spec.Affinity.NodeAffinity, wantAffinity) || s.Spec.Affinity.PodAntiAffinity != nil {
-		t.Errorf("constraints %v %+v: want the Pod's node selector and node affinity only, and no node at risk of the reclaim", s.Spec.NodeSelector, s.Spec.Affinity)
-	}
-	if len(p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions) != 1 {
-		t.Errorf("the Pod's node affinity was changed: %+v", p.Spec.Affinity.NodeAffinity)
+		!reflect.DeepEqual(s.Spec.Affinity.NodeAffinity, p.Spec.Affinity.NodeAffinity) || s.Spec.Affinity.PodAntiAffinity != nil {
+		t.Errorf("constraints %v %+v: want the Pod's node selector and node affinity only", s.Spec.NodeSelector, s.Spec.Affinity)
 	}
 	req := s.Spec.Containers[0].Resources.Requests
 	if !req.Cpu().Equal(resource.MustParse("300m")) || !req.Memory().Equal(resource.MustParse("512Mi")) {
@@ -681,41 +675,5 @@ func TestSeatAwaitsAdoption(t *testing.T) {
 		if got := SeatAwaitsAdoption(tc.p, tc.at, now); got != tc.want {
 			t.Errorf("%s: SeatAwaitsAdoption = %v, want %v", name, got, tc.want)
 		}
-	}
-}
-
-func TestOffAtRisk(t *testing.T) {
-	off := corev1.NodeSelectorRequirement{Key: v1alpha1.LabelReclaimAtRisk, Operator: corev1.NodeSelectorOpDoesNotExist}
-	spot := corev1.NodeSelectorRequirement{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}}
-	zone := corev1.NodeSelectorRequirement{Key: v1alpha1.LabelZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
-	preferred := []corev1.PreferredSchedulingTerm{{Weight: 1, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}}}
-	required := func(terms ...[]corev1.NodeSelectorRequirement) *corev1.NodeSelector {
-		out := &corev1.NodeSelector{}
-		for _, t := range terms {
-			out.NodeSelectorTerms = append(out.NodeSelectorTerms, corev1.NodeSelectorTerm{MatchExpressions: t})
-		}
-		return out
-	}
-	tests := []struct {
-		name     string
-		in, want *corev1.NodeAffinity
-	}{
-		{"no affinity: one term", nil, &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required([]corev1.NodeSelectorRequirement{off})}},
-		{"preferences only: kept, one required term added",
-			&corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: preferred},
-			&corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required([]corev1.NodeSelectorRequirement{off}), PreferredDuringSchedulingIgnoredDuringExecution: preferred}},
-		{"an empty required selector: one term",
-			&corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{}},
-			&corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required([]corev1.NodeSelectorRequirement{off})}},
-		{"every ORed term gets it",
-			&corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required([]corev1.NodeSelectorRequirement{spot}, []corev1.NodeSelectorRequirement{zone})},
-			&corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required([]corev1.NodeSelectorRequirement{spot, off}, []corev1.NodeSelectorRequirement{zone, off})}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := offAtRisk(tt.in); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("offAtRisk = %+v, want %+v", got, tt.want)
-			}
-		})
 	}
 }

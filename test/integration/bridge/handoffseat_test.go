@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -78,13 +77,6 @@ func (e *env) watchHandoffSeats(t *testing.T) *handoffSeatWatch {
 func (w *handoffSeatWatch) stop() {
 	w.cancel()
 	<-w.done
-}
-
-// all returns every seat seen, by name.
-func (w *handoffSeatWatch) all() map[string]seenSeat {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.seats)
 }
 
 func (w *handoffSeatWatch) get(name string) (seenSeat, bool) {

@@ -222,8 +222,18 @@ func (e *env) waitPlaced(t *testing.T, ns string, n int, ws []workload) (string,
 // now: these are replacements launched during earlier rounds) and waits until none of their
 // Nodes can take a Pod, so a round's Pods land together on the one node Karpenter launches
 // for them.
-func (e *env) retireKarpenterNodes(t *testing.T) {
+//
+// keep names nodes to leave in service (a test's own node).
+func (e *env) retireKarpenterNodes(t *testing.T, keep ...string) {
 	t.Helper()
+	kept := map[string]bool{}
+	for _, name := range keep {
+		n, err := e.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept[n.Spec.ProviderID] = true
+	}
 	// Deleted again on every look: Karpenter may launch a NodeClaim meanwhile for a Pod of the
 	// last test that is still being deleted.
 	waitFor(t, "earlier Karpenter nodes out of scheduling", 60*time.Second, func(ctx context.Context) (bool, string) {
@@ -236,7 +246,7 @@ func (e *env) retireKarpenterNodes(t *testing.T) {
 			if id, _, _ := unstructured.NestedString(cl.Object, "status", "providerID"); id != "" {
 				claimed[id] = true
 			}
-			if cl.GetDeletionTimestamp() != nil {
+			if id, _, _ := unstructured.NestedString(cl.Object, "status", "providerID"); cl.GetDeletionTimestamp() != nil || kept[id] {
 				continue
 			}
 			if err := e.dyn.Resource(localcluster.NodeClaimGVR).Delete(ctx, cl.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -250,7 +260,7 @@ func (e *env) retireKarpenterNodes(t *testing.T) {
 		var open []string
 		for i := range nodes.Items {
 			n := &nodes.Items[i]
-			if n.DeletionTimestamp != nil || nodeutil.HasTaint(n, v1alpha1.TaintKarpenterDisrupted) {
+			if n.DeletionTimestamp != nil || nodeutil.HasTaint(n, v1alpha1.TaintKarpenterDisrupted) || kept[n.Spec.ProviderID] {
 				continue
 			}
 			open = append(open, n.Name)
