@@ -69,14 +69,16 @@ const SeatWait = 3 * time.Minute
 
 // SeatAllowsEviction says whether the handoff may evict a Pod that needs a seat, whose seat is
 // seat (nil: none yet) and whose lifeboat has been draining for draining: the seat holds room
-// on a node that can take the Pod (usable: SeatNodeUsable of the seat's node) and no other
-// protected Pod waiting to be scheduled would take that room first (contested: Contested), or
-// the drain has waited SeatWait. Pure.
+// on a node that can take the Pod (usable: SeatNodeUsable of the seat's node), is Ready — its
+// node has pulled the Pod's images (the seat's image volumes), so the replacement starts from
+// a cached image instead of waiting out the pull, down, while the Pod could still serve on the
+// lifeboat — and no other protected Pod waiting to be scheduled would take that room first
+// (contested: Contested); or the drain has waited SeatWait. Pure.
 func SeatAllowsEviction(seat *corev1.Pod, usable, contested bool, draining time.Duration) bool {
 	if draining >= SeatWait {
 		return true
 	}
-	return seat != nil && seat.DeletionTimestamp.IsZero() && seat.Spec.NodeName != "" && usable && !contested
+	return seat != nil && seat.DeletionTimestamp.IsZero() && seat.Spec.NodeName != "" && nodeutil.PodReady(seat) && usable && !contested
 }
 
 // SeatsFirst says whether a draining lifeboat's Deployments wait with their surge: a Pod that

@@ -232,12 +232,9 @@ func TestSeatsThroughTheHandoff(t *testing.T) {
 	if s := seats(); len(s) != 1 || s[0].Annotations[v1alpha1.AnnotationSeatFor] != "app/db-0" {
 		t.Fatalf("seats while active = %v, want one for app/db-0", s)
 	}
-	// The default scheduler places the seat on an ordinary node.
-	placed := seats()[0]
-	placed.Spec.NodeName = "spot-7"
-	if err := c.Update(context.Background(), &placed); err != nil {
-		t.Fatal(err)
-	}
+	// The default scheduler places the seat on an ordinary node, whose kubelet pulls the Pod's
+	// images (the seat's image volumes) and starts it.
+	placeSeat(t, c, seats()[0], "spot-7", true)
 	clk.Step(time.Minute)
 	reconcileLB(t, ctrl) // cordons: the handoff starts
 	reconcileLB(t, ctrl) // drains: records the seat's node, evicts db-0 (here: gone at once)
@@ -326,8 +323,10 @@ func TestSeatHosts(t *testing.T) {
 
 func TestSeatAllowsEviction(t *testing.T) {
 	pending := &corev1.Pod{}
-	placed := pending.DeepCopy()
-	placed.Spec.NodeName = "spot-7"
+	pulling := pending.DeepCopy()
+	pulling.Spec.NodeName = "spot-7"
+	placed := pulling.DeepCopy()
+	placed.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	deleting := placed.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: hpaNow}
 	for _, tc := range []struct {
@@ -337,7 +336,10 @@ func TestSeatAllowsEviction(t *testing.T) {
 		draining          time.Duration
 		want              bool
 	}{
-		{"seat placed on a usable node", placed, true, false, 0, true},
+		{"seat placed on a usable node, Ready", placed, true, false, 0, true},
+		{"seat placed, its node still pulling the Pod's images: the Pod serves on the lifeboat meanwhile", pulling, true, false, 0, false},
+		{"seat still pulling while the lifeboat drains", pulling, true, false, time.Minute, false},
+		{"seat still pulling when the drain has waited SeatWait", pulling, true, false, SeatWait, true},
 		{"seat waiting for room: the Pod serves on the lifeboat meanwhile", pending, false, false, time.Minute, false},
 		{"seat on a node going away: it is being replaced", placed, false, false, time.Minute, false},
 		{"seat being replaced", deleting, true, false, time.Minute, false},
@@ -464,11 +466,13 @@ func TestSeatsFirst(t *testing.T) {
 func TestMoveToSeatsBeforeTheHandoff(t *testing.T) {
 	ready := corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}
 	for _, tc := range []struct {
-		name  string
-		extra []client.Object
-		moves bool
+		name    string
+		extra   []client.Object
+		pulling bool
+		moves   bool
 	}{
-		{name: "seat placed", moves: true},
+		{name: "seat placed and Ready", moves: true},
+		{name: "seat placed, its node still pulling the Pod's images", pulling: true},
 		{name: "a surge Pod of a higher tier waits to be scheduled", extra: []client.Object{
 			buildtest.Pod("app", "web-new", buildtest.Protected(v1alpha1.TierStateless), buildtest.Phase(corev1.PodPending), buildtest.PodFunc(func(p *corev1.Pod) {
 				p.Spec.Priority = ptr.To[int32](10000)
@@ -507,11 +511,7 @@ func TestMoveToSeatsBeforeTheHandoff(t *testing.T) {
 			if err := c.List(context.Background(), list, client.InNamespace("lifeboat-system"), client.MatchingLabels{v1alpha1.LabelSeat: "true"}); err != nil || len(list.Items) != 1 {
 				t.Fatalf("seats %v, %v: want one", list.Items, err)
 			}
-			seat := list.Items[0]
-			seat.Spec.NodeName = "spot-7"
-			if err := c.Update(context.Background(), &seat); err != nil {
-				t.Fatal(err)
-			}
+			placeSeat(t, c, list.Items[0], "spot-7", !tc.pulling)
 			reconcileLB(t, ctrl)
 			if moved := len(evicted) == 1 && evicted[0] == "db-0"; moved != tc.moves {
 				t.Fatalf("evicted %v, want a move to the seat: %v", evicted, tc.moves)
@@ -675,5 +675,23 @@ func TestSeatAwaitsAdoption(t *testing.T) {
 		if got := SeatAwaitsAdoption(tc.p, tc.at, now); got != tc.want {
 			t.Errorf("%s: SeatAwaitsAdoption = %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// placeSeat plays the default scheduler binding seat to node and, when ready, the kubelet
+// having pulled the seat's images and started it.
+func placeSeat(t *testing.T, c client.Client, seat corev1.Pod, node string, ready bool) {
+	t.Helper()
+	seat.Spec.NodeName = node
+	if err := c.Update(context.Background(), &seat); err != nil {
+		t.Fatal(err)
+	}
+	if !ready {
+		return
+	}
+	seat.Status.Phase = corev1.PodRunning
+	seat.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(context.Background(), &seat); err != nil {
+		t.Fatal(err)
 	}
 }
