@@ -243,10 +243,11 @@ func (e *env) retireKarpenterNodes(t *testing.T, keep ...string) {
 		}
 		claimed := map[string]bool{}
 		for _, cl := range claims.Items {
-			if id, _, _ := unstructured.NestedString(cl.Object, "status", "providerID"); id != "" {
+			id, _, _ := unstructured.NestedString(cl.Object, "status", "providerID")
+			if id != "" {
 				claimed[id] = true
 			}
-			if id, _, _ := unstructured.NestedString(cl.Object, "status", "providerID"); cl.GetDeletionTimestamp() != nil || kept[id] {
+			if cl.GetDeletionTimestamp() != nil || (id != "" && kept[id]) {
 				continue
 			}
 			if err := e.dyn.Resource(localcluster.NodeClaimGVR).Delete(ctx, cl.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
