@@ -62,6 +62,9 @@ const (
 // uniformly over Delay ± Jitter, deterministically per object name and DelaySeed.
 type DelayRule struct {
 	Selector map[string]string
+	// PodSelector (PodStartDelays only): the rule matches only a Pod whose labels match it
+	// (all key/values) — e.g. a placeholder with no application to start.
+	PodSelector map[string]string
 	// ImagesCached (PodStartDelays only): the rule matches only a Pod whose images are all on
 	// its Node already — a start without a pull.
 	ImagesCached bool
@@ -69,9 +72,12 @@ type DelayRule struct {
 	Jitter       time.Duration
 }
 
-func matchDelay(rules []DelayRule, nodeLabels map[string]string, cached bool, seed int64, name string) time.Duration {
+func matchDelay(rules []DelayRule, nodeLabels, podLabels map[string]string, cached bool, seed int64, name string) time.Duration {
 	for _, r := range rules {
 		if r.ImagesCached && !cached {
+			continue
+		}
+		if !labels.SelectorFromSet(r.PodSelector).Matches(labels.Set(podLabels)) {
 			continue
 		}
 		if labels.SelectorFromSet(r.Selector).Matches(labels.Set(nodeLabels)) {
@@ -545,7 +551,7 @@ func (d *delayController) annotateNode(ctx context.Context, name string) error {
 	if n.Annotations[AnnotationReadyAt] != "" {
 		return nil
 	}
-	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, false, d.seed, n.Name))
+	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, nil, false, d.seed, n.Name))
 	return patchAnnotation(ctx, d.client.CoreV1().Nodes().Patch, "", name, AnnotationReadyAt, readyAt)
 }
 
@@ -581,7 +587,7 @@ func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedN
 		d.pulls = map[string]time.Time{}
 	}
 	images := PodImages(pod)
-	startAt := startTime(d.podRules, n, images, d.pulls, from, d.seed, key.Name)
+	startAt := startTime(d.podRules, n, pod.Labels, images, d.pulls, from, d.seed, key.Name)
 	err = patchAnnotation(ctx, d.client.CoreV1().Pods(key.Namespace).Patch, key.Namespace, key.Name, AnnotationStartAt, startAt)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -666,7 +672,7 @@ func nodeImages(n *corev1.Node) map[string]bool {
 // Node: listed in node.status.images, or pulled by an earlier Pod (pulls: when that pull
 // ends) — then the Pod also waits for the latest of those pulls, as a kubelet shares one pull
 // among the Pods that need the image.
-func startTime(rules []DelayRule, n *corev1.Node, images []string, pulls map[string]time.Time, from time.Time, seed int64, name string) time.Time {
+func startTime(rules []DelayRule, n *corev1.Node, podLabels map[string]string, images []string, pulls map[string]time.Time, from time.Time, seed int64, name string) time.Time {
 	listed := nodeImages(n)
 	cached, pulledAt := true, time.Time{}
 	for _, img := range images {
@@ -683,7 +689,7 @@ func startTime(rules []DelayRule, n *corev1.Node, images []string, pulls map[str
 	if cached && pulledAt.After(from) {
 		from = pulledAt
 	}
-	return from.Add(matchDelay(rules, n.Labels, cached, seed, name))
+	return from.Add(matchDelay(rules, n.Labels, podLabels, cached, seed, name))
 }
 
 // recordPulls notes that a Pod starting at startAt on Node n brings its images there: those

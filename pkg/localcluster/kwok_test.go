@@ -15,19 +15,19 @@ func TestMatchDelay(t *testing.T) {
 		{Selector: map[string]string{"lifeboat.dev/pool": "p"}, Delay: 15 * time.Second},
 		{Selector: map[string]string{"karpenter.sh/nodepool": "default"}, Delay: 45 * time.Second, Jitter: 10 * time.Second},
 	}
-	if d := matchDelay(rules, map[string]string{"lifeboat.dev/pool": "p", "karpenter.sh/nodepool": "default"}, false, 1, "n"); d != 15*time.Second {
+	if d := matchDelay(rules, map[string]string{"lifeboat.dev/pool": "p", "karpenter.sh/nodepool": "default"}, nil, false, 1, "n"); d != 15*time.Second {
 		t.Errorf("first match should win: %s", d)
 	}
-	if d := matchDelay(rules, map[string]string{"other": "x"}, false, 1, "n"); d != 0 {
+	if d := matchDelay(rules, map[string]string{"other": "x"}, nil, false, 1, "n"); d != 0 {
 		t.Errorf("no match should be 0: %s", d)
 	}
 	seen := map[time.Duration]bool{}
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
-		d := matchDelay(rules, map[string]string{"karpenter.sh/nodepool": "default"}, false, 7, name)
+		d := matchDelay(rules, map[string]string{"karpenter.sh/nodepool": "default"}, nil, false, 7, name)
 		if d < 35*time.Second || d > 55*time.Second {
 			t.Errorf("%s: %s outside 45s ± 10s", name, d)
 		}
-		if again := matchDelay(rules, map[string]string{"karpenter.sh/nodepool": "default"}, false, 7, name); again != d {
+		if again := matchDelay(rules, map[string]string{"karpenter.sh/nodepool": "default"}, nil, false, 7, name); again != d {
 			t.Errorf("%s: jitter not deterministic (%s vs %s)", name, d, again)
 		}
 		seen[d] = true
@@ -70,7 +70,7 @@ func TestStartTimeCachedImages(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pulls := map[string]time.Time{}
 			maps.Copy(pulls, c.pulls)
-			got := startTime(rules, c.node, c.images, pulls, t0, 1, "p")
+			got := startTime(rules, c.node, nil, c.images, pulls, t0, 1, "p")
 			if got.Sub(t0) != c.want {
 				t.Errorf("start %s after t0, want %s", got.Sub(t0), c.want)
 			}
@@ -80,13 +80,21 @@ func TestStartTimeCachedImages(t *testing.T) {
 	// A cold start records its images: the next Pod on the node waits for that pull, not longer.
 	pulls := map[string]time.Time{}
 	n := node("a", nil)
-	first := startTime(rules, n, []string{"app:1"}, pulls, t0, 1, "p1")
+	first := startTime(rules, n, nil, []string{"app:1"}, pulls, t0, 1, "p1")
 	recordPulls(pulls, n, []string{"app:1"}, first)
-	if second := startTime(rules, n, []string{"app:1"}, pulls, t0.Add(time.Second), 1, "p2"); second != first.Add(3*time.Second) {
+	if second := startTime(rules, n, nil, []string{"app:1"}, pulls, t0.Add(time.Second), 1, "p2"); second != first.Add(3*time.Second) {
 		t.Errorf("second Pod starts %s after the first, want 3s (the pull is shared)", second.Sub(first))
 	}
-	if later := startTime(rules, n, []string{"app:1"}, pulls, t0.Add(time.Minute), 1, "p3"); later != t0.Add(time.Minute+3*time.Second) {
+	if later := startTime(rules, n, nil, []string{"app:1"}, pulls, t0.Add(time.Minute), 1, "p3"); later != t0.Add(time.Minute+3*time.Second) {
 		t.Errorf("a Pod after the pull starts %s after t0, want 1m3s", later.Sub(t0))
+	}
+	// A rule for Pods by label: a placeholder starts once its images are there, with no app.
+	placeholder := append([]DelayRule{{PodSelector: map[string]string{"seat": "true"}, Delay: 8 * time.Second}}, rules...)
+	if got := startTime(placeholder, node("c", nil), map[string]string{"seat": "true"}, []string{"app:1"}, map[string]time.Time{}, t0, 1, "s"); got != t0.Add(8*time.Second) {
+		t.Errorf("a placeholder starts %s after t0, want 8s (its own rule)", got.Sub(t0))
+	}
+	if got := startTime(placeholder, node("c", nil), map[string]string{"app": "x"}, []string{"app:1"}, map[string]time.Time{}, t0, 1, "p"); got != t0.Add(10*time.Second) {
+		t.Errorf("an app Pod starts %s after t0, want 10s (the placeholder rule is not its)", got.Sub(t0))
 	}
 	recordPulls(pulls, node("a", nil, "app:1"), []string{"app:1", "listed:1"}, t0)
 	if _, ok := pulls["a\x00listed:1"]; !ok {

@@ -95,7 +95,7 @@ func nodePrice(s *scenario.Scenario) func(n *corev1.Node) (now, onDemand float64
 // clusterOptions derives the local control plane's timing model from the scenario: Karpenter
 // nodes boot in karpenterBoot; pool nodes resume in lifeboatResume (the AWS emulator applies
 // that delay). Pods start from cached images on pool nodes and on any node an earlier Pod
-// brought their images to, and pull them cold elsewhere.
+// brought their images to, and pull them cold elsewhere; a seat takes the pull only.
 func clusterOptions(s *scenario.Scenario) localcluster.Options {
 	t := s.Timing
 	return localcluster.Options{
@@ -109,6 +109,12 @@ func clusterOptions(s *scenario.Scenario) localcluster.Options {
 			{Selector: map[string]string{karpenterNodePoolLabel: "default"}, Delay: t.KarpenterBoot.Mean.Duration, Jitter: t.KarpenterBoot.Jitter.Duration},
 		},
 		PodStartDelays: []localcluster.DelayRule{
+			// A handoff seat is a placeholder: Ready once its node has the images it keeps
+			// room for (its image volumes); it has no application to start.
+			{PodSelector: map[string]string{v1alpha1.LabelSeat: "true"}, ImagesCached: true,
+				Delay: t.ImagePullCached.Mean.Duration, Jitter: t.ImagePullCached.Jitter.Duration},
+			{PodSelector: map[string]string{v1alpha1.LabelSeat: "true"},
+				Delay: t.ImagePullCold.Mean.Duration, Jitter: t.ImagePullCold.Jitter.Duration},
 			{Selector: map[string]string{v1alpha1.LabelPool: WarmPoolName}, Delay: t.ImagePullCached.Mean.Duration + t.AppStart.Mean.Duration,
 				Jitter: t.ImagePullCached.Jitter.Duration + t.AppStart.Jitter.Duration},
 			// Any node that has the Pod's images: an earlier replica (or a handoff seat) pulled them.

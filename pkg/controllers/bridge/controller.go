@@ -105,6 +105,9 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("bridge").
 		Watches(&corev1.Node{}, toInterrupted).
+		// A seat made at a hold turning Ready: its Pod may move straight to it now, not at the
+		// next poll (a seat a lifeboat adopted maps to the lifeboat, which the bridge skips).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(handoff.SeatNode), builder.WithPredicates(handoff.SeatTurnedReady)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
 		Complete(reconcile.Func(c.ReconcileNode)); err != nil {
 		return err
@@ -289,11 +292,19 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
 		reclaimed := handoff.ReclaimedPools(interruptedNodes, s.Now)
+		seats := &corev1.PodList{}
+		if err := c.client.List(ctx, seats, client.InNamespace(c.Seats.Namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+			return s, err
+		}
+		allSeats := make([]*corev1.Pod, 0, len(seats.Items))
+		for i := range seats.Items {
+			allSeats = append(allSeats, &seats.Items[i])
+		}
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
 			}
-			host, err := c.usableSeat(ctx, p, waiting, reclaimed)
+			host, err := c.usableSeat(ctx, p, waiting, allSeats, reclaimed)
 			if err != nil {
 				return s, err
 			}
@@ -307,16 +318,17 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 
 // usableSeat is the kubernetes.io/hostname of the node where p's seat, Ready, holds room that
 // p's replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
-// Pod) and that is not handoff.AtRisk of the reclaim (reclaimed: handoff.ReclaimedPools; a Pod
-// moved to the next node the reclaim takes would move again), "" when there is none. Cache only.
-func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting []*corev1.Pod, reclaimed map[string]time.Time) (string, error) {
+// Pod or another seat) and that is not handoff.AtRisk of the reclaim (reclaimed:
+// handoff.ReclaimedPools; a Pod moved to the next node the reclaim takes would move again), ""
+// when there is none. Cache only.
+func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting, seats []*corev1.Pod, reclaimed map[string]time.Time) (string, error) {
 	seat := &corev1.Pod{}
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
 	// Ready: its node has pulled the Pod's images (the seat's image volumes), so the
 	// replacement starts at once.
-	if !seat.DeletionTimestamp.IsZero() || seat.Spec.NodeName == "" || !nodeutil.PodReady(seat) || handoff.Contested(p, waiting) {
+	if !seat.DeletionTimestamp.IsZero() || seat.Spec.NodeName == "" || !nodeutil.PodReady(seat) || handoff.Contested(p, waiting, seats) {
 		return "", nil
 	}
 	node := &corev1.Node{}

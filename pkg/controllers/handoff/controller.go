@@ -79,8 +79,9 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(surgedNode)).
 		// A protected Pod gone from a lifeboat: its seat goes now, for its replacement.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podNode), builder.WithPredicates(protectedPodGone)).
-		// A seat seen (at start too): its lifeboat's pass deletes it if the lifeboat is gone.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(seatLifeboat), builder.WithPredicates(seatCreated)).
+		// A seat seen (at start too): its lifeboat's pass deletes it if the lifeboat is gone. A
+		// seat turning Ready: the Pod it keeps room for moves now, not at the next poll.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(SeatNode), builder.WithPredicates(predicate.Or(seatCreated, SeatTurnedReady))).
 		// An interrupted node gone: the seats made at its holds that no lifeboat adopted go.
 		Watches(&corev1.Node{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(interruptedNodeDeleted)).
 		// A PodDisruptionBudget allowing a disruption again (the last moved Pod is Ready): the
@@ -351,7 +352,8 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 	}
 	// Before any eviction: where each evicted Pod's seat is, so the webhook can send its
 	// replacement there (its images are pulled there).
-	if err := c.recordSeats(ctx, n, groups, sv, now); err != nil {
+	recorded, err := c.recordSeats(ctx, n, groups, sv, now)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	blocked := []string{}
@@ -379,7 +381,7 @@ func (c *Controller) drain(ctx context.Context, pool *v1alpha1.WarmPool, n *core
 				if !p.DeletionTimestamp.IsZero() {
 					continue
 				}
-				if NeedsSeat(g, p) && !sv.allowsEviction(p, now.Sub(since)) {
+				if NeedsSeat(g, p) && !sv.allowsEviction(p, recorded, now.Sub(since)) {
 					continue // it serves here until its seat holds room elsewhere
 				}
 				// The seat stays until the Pod is gone (syncSeats): its room is not free for

@@ -72,13 +72,16 @@ const SeatWait = 3 * time.Minute
 // on a node that can take the Pod (usable: SeatNodeUsable of the seat's node), is Ready — its
 // node has pulled the Pod's images (the seat's image volumes), so the replacement starts from
 // a cached image instead of waiting out the pull, down, while the Pod could still serve on the
-// lifeboat — and no other protected Pod waiting to be scheduled would take that room first
-// (contested: Contested); or the drain has waited SeatWait. Pure.
-func SeatAllowsEviction(seat *corev1.Pod, usable, contested bool, draining time.Duration) bool {
+// lifeboat —, the lifeboat Node already carried the seat's host in its seat record when the
+// pass began (recorded: the webhook, which gives the re-created Pod its preference for that
+// host, may read the record only once it is written; an eviction in the pass that writes it
+// would race it), and no other protected Pod waiting to be scheduled, nor another seat, would
+// take that room first (contested: Contested); or the drain has waited SeatWait. Pure.
+func SeatAllowsEviction(seat *corev1.Pod, usable, recorded, contested bool, draining time.Duration) bool {
 	if draining >= SeatWait {
 		return true
 	}
-	return seat != nil && seat.DeletionTimestamp.IsZero() && seat.Spec.NodeName != "" && nodeutil.PodReady(seat) && usable && !contested
+	return seat != nil && seat.DeletionTimestamp.IsZero() && seat.Spec.NodeName != "" && nodeutil.PodReady(seat) && usable && recorded && !contested
 }
 
 // SeatsFirst says whether a draining lifeboat's Deployments wait with their surge: a Pod that
@@ -105,11 +108,22 @@ func SeatsFirst(groups []Group, elsewhere bool, draining time.Duration) bool {
 // Contested says whether a seat's room would be taken before Pod p's replacement gets it: a
 // protected Pod not yet scheduled (waiting) has p's priority or more — the scheduler takes it
 // first when the seat frees the room. A handoff's own surge is such a Pod: the evictions wait
-// for the surge's Pods to find their places. Pure.
-func Contested(p *corev1.Pod, waiting []*corev1.Pod) bool {
+// for the surge's Pods to find their places. So is another seat still waiting for room (of
+// seats: any priority) — the default scheduler places seats, and it does not wait for the
+// lifeboat scheduler's Pods of a higher priority: whichever sees the freed room first takes it
+// (measured, compressed simulation: a StatefulSet Pod moved to its seat lost the room to the
+// seat of another replica, Pending, and waited 45 s, down, for a node Karpenter launched for
+// that seat). Pure.
+func Contested(p *corev1.Pod, waiting, seats []*corev1.Pod) bool {
 	prio := ptr.Deref(p.Spec.Priority, 0)
 	for _, w := range waiting {
 		if (w.Namespace != p.Namespace || w.Name != p.Name) && ptr.Deref(w.Spec.Priority, 0) >= prio {
+			return true
+		}
+	}
+	own := SeatName(p.Namespace, p.Name)
+	for _, s := range seats {
+		if s.Name != own && s.Spec.NodeName == "" && s.DeletionTimestamp.IsZero() && !nodeutil.IsTerminal(s) {
 			return true
 		}
 	}

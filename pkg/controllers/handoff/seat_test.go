@@ -237,7 +237,11 @@ func TestSeatsThroughTheHandoff(t *testing.T) {
 	placeSeat(t, c, seats()[0], "spot-7", true)
 	clk.Step(time.Minute)
 	reconcileLB(t, ctrl) // cordons: the handoff starts
-	reconcileLB(t, ctrl) // drains: records the seat's node, evicts db-0 (here: gone at once)
+	reconcileLB(t, ctrl) // drains: records the seat's node, no eviction in the pass that writes it
+	if want := []string{"record seats"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("writes %v, want %v (the webhook reads the record: it is written before the eviction's pass)", order, want)
+	}
+	reconcileLB(t, ctrl) // the pass that sees the record (the Node's update): evicts db-0 (here: gone at once)
 	if want := []string{"record seats", "evict db-0"}; !reflect.DeepEqual(order, want) {
 		t.Errorf("writes %v, want %v (the seat stays until the Pod is gone)", order, want)
 	}
@@ -330,25 +334,26 @@ func TestSeatAllowsEviction(t *testing.T) {
 	deleting := placed.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: hpaNow}
 	for _, tc := range []struct {
-		name              string
-		seat              *corev1.Pod
-		usable, contested bool
-		draining          time.Duration
-		want              bool
+		name                        string
+		seat                        *corev1.Pod
+		usable, recorded, contested bool
+		draining                    time.Duration
+		want                        bool
 	}{
-		{"seat placed on a usable node, Ready", placed, true, false, 0, true},
-		{"seat placed, its node still pulling the Pod's images: the Pod serves on the lifeboat meanwhile", pulling, true, false, 0, false},
-		{"seat still pulling while the lifeboat drains", pulling, true, false, time.Minute, false},
-		{"seat still pulling when the drain has waited SeatWait", pulling, true, false, SeatWait, true},
-		{"seat waiting for room: the Pod serves on the lifeboat meanwhile", pending, false, false, time.Minute, false},
-		{"seat on a node going away: it is being replaced", placed, false, false, time.Minute, false},
-		{"seat being replaced", deleting, true, false, time.Minute, false},
-		{"no seat yet", nil, false, false, time.Minute, false},
-		{"a waiting Pod would take the seat's room first", placed, true, true, time.Minute, false},
-		{"the drain waited SeatWait: evict as without seats", pending, false, false, SeatWait, true},
-		{"the drain waited SeatWait, no seat at all", nil, false, true, SeatWait, true},
+		{"seat placed on a usable node, Ready, recorded", placed, true, true, false, 0, true},
+		{"seat Ready but its host recorded only in this pass: the webhook may not see it yet", placed, true, false, false, 0, false},
+		{"seat placed, its node still pulling the Pod's images: the Pod serves on the lifeboat meanwhile", pulling, true, true, false, 0, false},
+		{"seat still pulling while the lifeboat drains", pulling, true, true, false, time.Minute, false},
+		{"seat still pulling when the drain has waited SeatWait", pulling, true, true, false, SeatWait, true},
+		{"seat waiting for room: the Pod serves on the lifeboat meanwhile", pending, false, false, false, time.Minute, false},
+		{"seat on a node going away: it is being replaced", placed, false, true, false, time.Minute, false},
+		{"seat being replaced", deleting, true, true, false, time.Minute, false},
+		{"no seat yet", nil, false, false, false, time.Minute, false},
+		{"a waiting Pod would take the seat's room first", placed, true, true, true, time.Minute, false},
+		{"the drain waited SeatWait: evict as without seats", pending, false, false, false, SeatWait, true},
+		{"the drain waited SeatWait, no seat at all", nil, false, false, true, SeatWait, true},
 	} {
-		if got := SeatAllowsEviction(tc.seat, tc.usable, tc.contested, tc.draining); got != tc.want {
+		if got := SeatAllowsEviction(tc.seat, tc.usable, tc.recorded, tc.contested, tc.draining); got != tc.want {
 			t.Errorf("%s: SeatAllowsEviction = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -362,18 +367,30 @@ func TestContested(t *testing.T) {
 		return p
 	}
 	db := withPrio("db-0", 1000)
+	seatOf := func(p *corev1.Pod, node string) *corev1.Pod {
+		s := Seat(p, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lb-1"}}, SeatSpec{Namespace: "lifeboat-system"})
+		s.Spec.NodeName = node
+		return s
+	}
+	goneSeat := seatOf(stsPod("db-2"), "")
+	goneSeat.DeletionTimestamp = &metav1.Time{Time: hpaNow}
 	for _, tc := range []struct {
 		name    string
 		waiting []*corev1.Pod
+		seats   []*corev1.Pod
 		want    bool
 	}{
-		{"nothing waiting", nil, false},
-		{"a higher tier's surge Pod waits", []*corev1.Pod{withPrio("web-x", 10000)}, true},
-		{"a Pod of the same priority waits", []*corev1.Pod{withPrio("db-1", 1000)}, true},
-		{"only lower priorities wait: the replacement goes first", []*corev1.Pod{withPrio("job-a", 0)}, false},
-		{"the Pod itself", []*corev1.Pod{db}, false},
+		{"nothing waiting", nil, nil, false},
+		{"a higher tier's surge Pod waits", []*corev1.Pod{withPrio("web-x", 10000)}, nil, true},
+		{"a Pod of the same priority waits", []*corev1.Pod{withPrio("db-1", 1000)}, nil, true},
+		{"only lower priorities wait: the replacement goes first", []*corev1.Pod{withPrio("job-a", 0)}, nil, false},
+		{"the Pod itself", []*corev1.Pod{db}, nil, false},
+		{"every other seat placed", nil, []*corev1.Pod{seatOf(db, "spot-7"), seatOf(stsPod("db-1"), "spot-8")}, false},
+		{"another seat waits for room: the default scheduler may give it the freed room first", nil, []*corev1.Pod{seatOf(db, "spot-7"), seatOf(stsPod("db-1"), "")}, true},
+		{"the Pod's own seat unplaced is not a contender", nil, []*corev1.Pod{seatOf(db, "")}, false},
+		{"a seat being deleted", nil, []*corev1.Pod{goneSeat}, false},
 	} {
-		if got := Contested(db, tc.waiting); got != tc.want {
+		if got := Contested(db, tc.waiting, tc.seats); got != tc.want {
 			t.Errorf("%s: Contested = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -512,7 +529,11 @@ func TestMoveToSeatsBeforeTheHandoff(t *testing.T) {
 				t.Fatalf("seats %v, %v: want one", list.Items, err)
 			}
 			placeSeat(t, c, list.Items[0], "spot-7", !tc.pulling)
-			reconcileLB(t, ctrl)
+			reconcileLB(t, ctrl) // records where the seat is, if it may be moved to
+			if len(evicted) != 0 {
+				t.Fatalf("evicted %v in the pass that recorded the seat (the webhook may not see the record yet)", evicted)
+			}
+			reconcileLB(t, ctrl) // the pass that sees the record
 			if moved := len(evicted) == 1 && evicted[0] == "db-0"; moved != tc.moves {
 				t.Fatalf("evicted %v, want a move to the seat: %v", evicted, tc.moves)
 			}
@@ -600,13 +621,43 @@ func TestSeatsOfAGoneLifeboatAreDeleted(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "lifeboat-system", Name: "s-moving"}, &corev1.Pod{}); err != nil || res.RequeueAfter == 0 {
 		t.Errorf("the seat of a Pod on an active lifeboat: %v, requeue %v; want it kept for the lifeboat, and a look again", err, res.RequeueAfter)
 	}
-	if got := seatLifeboat(context.Background(), seat("s", "lb-9")); len(got) != 1 || got[0].Name != "lb-9" {
-		t.Errorf("seatLifeboat = %v, want lb-9", got)
+	if got := SeatNode(context.Background(), seat("s", "lb-9")); len(got) != 1 || got[0].Name != "lb-9" {
+		t.Errorf("SeatNode = %v, want lb-9", got)
 	}
 	notSeat := stsPod("db-0")
 	if !seatCreated.Create(event.CreateEvent{Object: seat("s", "lb-9")}) || seatCreated.Create(event.CreateEvent{Object: notSeat}) ||
 		seatCreated.Update(event.UpdateEvent{ObjectOld: seat("s", "lb-9"), ObjectNew: seat("s", "lb-9")}) {
 		t.Errorf("seatCreated passes only a seat's creation")
+	}
+}
+
+// TestSeatTurnedReady: only a seat's Ready turning true wakes the node recorded on it.
+func TestSeatTurnedReady(t *testing.T) {
+	ready := func(p *corev1.Pod) *corev1.Pod {
+		p = p.DeepCopy()
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		return p
+	}
+	pulling := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "lifeboat-system",
+		Labels: map[string]string{v1alpha1.LabelSeat: "true"}, Annotations: map[string]string{v1alpha1.AnnotationSeatNode: "lb-9"}}}
+	app := stsPod("db-0")
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Pod
+		want     bool
+	}{
+		{"a seat turns Ready", pulling, ready(pulling), true},
+		{"a seat still pulling", pulling, pulling, false},
+		{"a seat already Ready", ready(pulling), ready(pulling), false},
+		{"a seat no longer Ready", ready(pulling), pulling, false},
+		{"not a seat", app, ready(app), false},
+	} {
+		if got := SeatTurnedReady.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: SeatTurnedReady = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if SeatTurnedReady.Create(event.CreateEvent{Object: ready(pulling)}) || SeatTurnedReady.Delete(event.DeleteEvent{Object: ready(pulling)}) {
+		t.Error("SeatTurnedReady passes a create or delete")
 	}
 }
 

@@ -262,10 +262,12 @@ func (c *Controller) seatView(ctx context.Context) (*seatState, error) {
 	return sv, nil
 }
 
-// allowsEviction: SeatAllowsEviction for Pod p of a lifeboat draining for draining.
-func (sv *seatState) allowsEviction(p *corev1.Pod, draining time.Duration) bool {
+// allowsEviction: SeatAllowsEviction for Pod p of a lifeboat draining for draining, whose
+// seat record held recorded ("namespace/name" of the Pods whose seat host it named when the
+// pass began: recordSeats).
+func (sv *seatState) allowsEviction(p *corev1.Pod, recorded map[string]bool, draining time.Duration) bool {
 	seat := sv.byName[SeatName(p.Namespace, p.Name)]
-	return SeatAllowsEviction(seat, seat != nil && sv.usable[seat.Spec.NodeName], Contested(p, sv.waiting), draining)
+	return SeatAllowsEviction(seat, seat != nil && sv.usable[seat.Spec.NodeName], recorded[p.Namespace+"/"+p.Name], Contested(p, sv.waiting, sv.seats), draining)
 }
 
 // moveToSeats moves, while lifeboat n is still active, each Pod that needs a seat, has a
@@ -304,11 +306,12 @@ func (c *Controller) moveToSeats(ctx context.Context, pool *v1alpha1.WarmPool, n
 		return true, err
 	}
 	var errs []error
-	if err := c.recordSeats(ctx, n, groups, sv, now); err != nil {
+	recorded, err := c.recordSeats(ctx, n, groups, sv, now)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, p := range movable {
-		if !sv.allowsEviction(p, 0) {
+		if !sv.allowsEviction(p, recorded, 0) {
 			continue
 		}
 		err := c.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
@@ -328,8 +331,11 @@ func (c *Controller) moveToSeats(ctx context.Context, pool *v1alpha1.WarmPool, n
 }
 
 // recordSeats writes, on lifeboat node n, where the seat of each Pod the handoff will evict
-// holds usable room (AnnotationSeats; fetch, SeatHosts, write only when it changes).
-func (c *Controller) recordSeats(ctx context.Context, n *corev1.Node, groups []Group, sv *seatState, now time.Time) error {
+// holds usable room (AnnotationSeats; fetch, SeatHosts, write only when it changes). It
+// returns the Pods ("namespace/name") whose seat host n's record named already — those the
+// webhook can send to their seat now; the others wait for the pass that sees this write (the
+// Node's update starts it).
+func (c *Controller) recordSeats(ctx context.Context, n *corev1.Node, groups []Group, sv *seatState, now time.Time) (map[string]bool, error) {
 	seats := sv.seats
 	hosts := map[string]string{}
 	for name, node := range sv.nodes {
@@ -344,18 +350,23 @@ func (c *Controller) recordSeats(ctx context.Context, n *corev1.Node, groups []G
 	if err != nil {
 		current = policy.SeatRecord{} // rewritten whole below
 	}
-	rec, changed := current.With(SeatHosts(n.Name, groups, seats, hosts), now)
+	want := SeatHosts(n.Name, groups, seats, hosts)
+	recorded := map[string]bool{}
+	for key, host := range want {
+		recorded[key] = current.Host(key, now) == host
+	}
+	rec, changed := current.With(want, now)
 	if !changed {
-		return nil
+		return recorded, nil
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationSeats: rec.String()}}})
 	if err != nil {
-		return err
+		return recorded, err
 	}
 	if err := c.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, body)); err != nil {
-		return fmt.Errorf("record the seats of %s: %w", n.Name, err)
+		return recorded, fmt.Errorf("record the seats of %s: %w", n.Name, err)
 	}
-	return nil
+	return recorded, nil
 }
 
 // SeatHosts maps "namespace/name" of each Pod of lifeboat node that NeedsSeat to the hostname
@@ -391,14 +402,6 @@ func podNode(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.Spec.NodeName}}}
-}
-
-// seatLifeboat maps a seat to its lifeboat node.
-func seatLifeboat(_ context.Context, o client.Object) []reconcile.Request {
-	if node := o.GetAnnotations()[v1alpha1.AnnotationSeatNode]; node != "" {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: node}}}
-	}
-	return nil
 }
 
 // seatLifeboatsIn maps a PodDisruptionBudget to the lifeboats of the seats kept for Pods of its
@@ -442,6 +445,29 @@ var seatCreated = predicate.Funcs{
 	UpdateFunc:  func(event.UpdateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// SeatTurnedReady passes a seat's update that turns it Ready: its node has pulled the images of
+// the Pod it keeps room for, so that Pod may move now (SeatAllowsEviction) rather than at the
+// next poll.
+var SeatTurnedReady = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, ok1 := e.ObjectOld.(*corev1.Pod)
+		p, ok2 := e.ObjectNew.(*corev1.Pod)
+		return ok1 && ok2 && p.Labels[v1alpha1.LabelSeat] == "true" && nodeutil.PodReady(p) && !nodeutil.PodReady(old)
+	},
+}
+
+// SeatNode maps a seat to the node recorded on it: the lifeboat whose handoff keeps it, or the
+// interrupted node at whose hold the bridge made it.
+func SeatNode(_ context.Context, o client.Object) []reconcile.Request {
+	if node := o.GetAnnotations()[v1alpha1.AnnotationSeatNode]; node != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: node}}}
+	}
+	return nil
 }
 
 // interruptedNodeDeleted passes the deletion of a node the interruption controller decided
