@@ -292,19 +292,15 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 	if c.Seats != nil && len(s.Lifeboats) > 0 { // the seat record goes on a lifeboat Node
 		s.SeatHosts = map[types.UID]string{}
 		reclaimed := handoff.ReclaimedPools(interruptedNodes, s.Now)
-		seats := &corev1.PodList{}
-		if err := c.client.List(ctx, seats, client.InNamespace(c.Seats.Namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+		seats, err := handoff.ListSeats(ctx, c.client, c.Seats.Namespace, client.UnsafeDisableDeepCopy)
+		if err != nil {
 			return s, err
-		}
-		allSeats := make([]*corev1.Pod, 0, len(seats.Items))
-		for i := range seats.Items {
-			allSeats = append(allSeats, &seats.Items[i])
 		}
 		for _, p := range s.Protected {
 			if statefulSetOf(p) == "" || !heldUIDs[p.UID] {
 				continue
 			}
-			host, err := c.usableSeat(ctx, p, waiting, allSeats, reclaimed)
+			host, err := c.usableSeat(ctx, p, waiting, seats, reclaimed)
 			if err != nil {
 				return s, err
 			}
@@ -320,12 +316,14 @@ func (c *Controller) observeNode(ctx context.Context, n *corev1.Node, decision s
 // p's replacement can take (handoff.SeatNodeUsable, not handoff.Contested by a waiting protected
 // Pod or another seat) and that is not handoff.AtRisk of the reclaim (reclaimed:
 // handoff.ReclaimedPools; a Pod moved to the next node the reclaim takes would move again), ""
-// when there is none. Cache only.
+// when there is none. Cache only (seats: every seat, as listed from it).
 func (c *Controller) usableSeat(ctx context.Context, p *corev1.Pod, waiting, seats []*corev1.Pod, reclaimed map[string]time.Time) (string, error) {
-	seat := &corev1.Pod{}
-	if err := c.client.Get(ctx, types.NamespacedName{Namespace: c.Seats.Namespace, Name: handoff.SeatName(p.Namespace, p.Name)}, seat); err != nil {
-		return "", client.IgnoreNotFound(err)
+	name := handoff.SeatName(p.Namespace, p.Name)
+	i := slices.IndexFunc(seats, func(s *corev1.Pod) bool { return s.Name == name })
+	if i < 0 {
+		return "", nil
 	}
+	seat := seats[i]
 	// Ready: its node has pulled the Pod's images (the seat's image volumes), so the
 	// replacement starts at once.
 	if !seat.DeletionTimestamp.IsZero() || seat.Spec.NodeName == "" || !nodeutil.PodReady(seat) || handoff.Contested(p, waiting, seats) {

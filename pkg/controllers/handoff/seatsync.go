@@ -192,8 +192,13 @@ func DeleteSeat(ctx context.Context, c client.Client, namespace, name string) er
 
 // listSeats lists every seat (all lifeboats').
 func (c *Controller) listSeats(ctx context.Context) ([]*corev1.Pod, error) {
+	return ListSeats(ctx, c.client, c.Namespace)
+}
+
+// ListSeats lists the seats in namespace (Lifeboat's), with opts added to the list's options.
+func ListSeats(ctx context.Context, r client.Reader, namespace string, opts ...client.ListOption) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := c.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}); err != nil {
+	if err := r.List(ctx, list, append([]client.ListOption{client.InNamespace(namespace), client.MatchingLabels{v1alpha1.LabelSeat: "true"}}, opts...)...); err != nil {
 		return nil, err
 	}
 	seats := make([]*corev1.Pod, 0, len(list.Items))
