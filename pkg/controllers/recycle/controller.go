@@ -11,12 +11,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,11 +38,16 @@ type Controller struct {
 	cloud    cloud.Instances
 	clock    clock.Clock
 	recorder events.EventRecorder
+	// emptySince is when each empty node (by UID) was first seen waiting for the replacement
+	// of a Pod its seat records name (SeatReplacementWait). In memory: after a restart the
+	// wait starts again, bounded all the same.
+	mu         sync.Mutex
+	emptySince map[types.UID]time.Time
 }
 
 // New returns the controller.
 func New(c client.Client, instances cloud.Instances, clk clock.Clock, recorder events.EventRecorder) *Controller {
-	return &Controller{client: c, cloud: instances, clock: clk, recorder: recorder}
+	return &Controller{client: c, cloud: instances, clock: clk, recorder: recorder, emptySince: map[types.UID]time.Time{}}
 }
 
 // Register adds the controller; it also wakes on Pod deletions via its periodic requeue.
@@ -94,6 +102,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if !decided {
+		if wait, err := c.awaitReplacements(ctx, n); err != nil || wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, err
+		}
 		// The decision is recorded with a resourceVersion precondition before the instance is
 		// terminated: a stale cached copy (the node already went back to warming, its
 		// instance is hibernating) conflicts here instead of terminating a standby instance.
@@ -118,6 +129,43 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	// The Node goes with the instance (the cloud node lifecycle, or garbage collection).
 	return reconcile.Result{}, nil
+}
+
+// awaitReplacements says how long to look again before terminating empty node n: a Pod its
+// seat records name is not re-created yet (AwaitingReplacement) and the node has waited less
+// than SeatReplacementWait; 0 when it may go.
+func (c *Controller) awaitReplacements(ctx context.Context, n *corev1.Node) (time.Duration, error) {
+	now := c.clock.Now()
+	pods := map[string]*corev1.Pod{}
+	for _, key := range RecordedPods(n, now) {
+		ns, name, _ := strings.Cut(key, "/")
+		p := &corev1.Pod{}
+		if err := c.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return 0, err
+			}
+			continue
+		}
+		pods[key] = p
+	}
+	waiting := AwaitingReplacement(n, pods, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(waiting) == 0 {
+		delete(c.emptySince, n.UID)
+		return 0, nil
+	}
+	since, ok := c.emptySince[n.UID]
+	if !ok {
+		since, c.emptySince[n.UID] = now, now
+	}
+	if now.Sub(since) >= SeatReplacementWait {
+		delete(c.emptySince, n.UID)
+		klog.FromContext(ctx).Info("Terminating without the re-creation of Pods its seat records name", "node", klog.KObj(n), "pods", waiting, "waited", now.Sub(since))
+		return 0, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Waiting for Pods its seat records name to be re-created before terminating", "node", klog.KObj(n), "pods", waiting)
+	return time.Second, nil
 }
 
 // claimAnnotations are the traces of a node's service (claim, start, activation, handoff) that

@@ -2,10 +2,15 @@ package recycle
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/cloud"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 )
 
 // Action is what happens to an empty lifeboat node after its handoff.
@@ -79,4 +84,49 @@ func holdsSlot(pool *v1alpha1.WarmPool, in *cloud.Instance) bool {
 		}
 	}
 	return false
+}
+
+// SeatReplacementWait bounds how long an empty lifeboat node waits, before its instance is
+// terminated, for the Pods its seat records name to be re-created. The records
+// (lifeboat.dev/seats, lifeboat.dev/bridge-seats) live on the Node, and the Node goes with the
+// instance; the webhook reads them when a StatefulSet re-creates a Pod that moved to its seat,
+// to send the new Pod to the room its seat kept (images pulled). The last Pod to leave a
+// lifeboat empties it: without the wait its replacement, created a moment later, could find the
+// Node gone and land on any node, pulling its images while it is down (found by the bridge
+// integration test: the last replica moved off a lifeboat lost its seat). A StatefulSet
+// re-creates a Pod within a second of its predecessor's deletion; the bound only covers one
+// that never comes back (scaled down, deleted).
+const SeatReplacementWait = 30 * time.Second
+
+// AwaitingReplacement returns, sorted, the Pods ("namespace/name") that node n's seat records
+// name (entries younger than policy.SeatRecordTTL) and that have not been re-created yet: no
+// such Pod (pods: namespace/name → Pod, missing when there is none), or still the predecessor,
+// bound to n. Pure.
+func AwaitingReplacement(n *corev1.Node, pods map[string]*corev1.Pod, now time.Time) []string {
+	var out []string
+	for _, key := range RecordedPods(n, now) {
+		if p := pods[key]; p == nil || p.Spec.NodeName == n.Name {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// RecordedPods returns, sorted and once each, the Pods ("namespace/name") that node n's seat
+// records name with an entry younger than policy.SeatRecordTTL. A record that does not parse
+// names none (the webhook skips it too). Pure.
+func RecordedPods(n *corev1.Node, now time.Time) []string {
+	seen := map[string]bool{}
+	for _, a := range []string{v1alpha1.AnnotationSeats, v1alpha1.AnnotationBridgeSeats} {
+		rec, err := policy.ParseSeatRecord(n.Annotations[a])
+		if err != nil {
+			continue
+		}
+		for key := range rec {
+			if _, ok := rec.Entry(key, now); ok {
+				seen[key] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
