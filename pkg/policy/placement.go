@@ -57,6 +57,9 @@ func (c Config) ApplyPlacement(pod *corev1.Pod, p Placement) []string {
 
 	applyCapacityAffinity(pod, p.Tier)
 	preferSeatNode(pod, p.SeatHost)
+	if p.SeatHost != "" {
+		pod.Labels[v1alpha1.LabelSeatHost] = p.SeatHost
+	}
 	if p.Tier != v1alpha1.TierCritical {
 		addToleration(pod, corev1.Toleration{Key: c.SpotTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	}
@@ -69,14 +72,17 @@ func (c Config) ApplyPlacement(pod *corev1.Pod, p Placement) []string {
 	return notes
 }
 
-// routesToLifeboatScheduler: the Pod is to get SchedulerName (Config.SchedulerRouting). Never
-// a Pod that has a seat (SeatHost): its room is on ordinary capacity, where the default
-// scheduler binds it; the lifeboat scheduler would put it back on a lifeboat.
+// routesToLifeboatScheduler: the Pod is to get SchedulerName (Config.SchedulerRouting), and
+// always when it has a seat (SeatHost, whatever the routing): the lifeboat scheduler binds it
+// to its seat's node while that node can take it (LabelSeatHost), where the default
+// scheduler has only the preference, which an emptier node's scores outweigh (measured,
+// compressed simulation: 2 of 5 moves of a StatefulSet landed on a new node and pulled the
+// image again, 9–11 s down instead of 3 s). It never puts a Pod with a seat on a lifeboat.
 func (c Config) routesToLifeboatScheduler(p Placement) bool {
-	if c.SchedulerName == "" || p.SeatHost != "" {
+	if c.SchedulerName == "" {
 		return false
 	}
-	return c.SchedulerRouting == RouteAlways || p.LifeboatActive
+	return c.SchedulerRouting == RouteAlways || p.LifeboatActive || p.SeatHost != ""
 }
 
 // applyPriority sets priorityClassName with the matching priority and preemptionPolicy: the

@@ -62,17 +62,39 @@ func TestApplyPlacementPrefersSeatNode(t *testing.T) {
 	if n := len(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); n != 2 {
 		t.Errorf("applied twice: %d preferred terms, want 2", n)
 	}
-	// A Pod with a seat keeps the default scheduler even while a lifeboat is active: the
-	// lifeboat scheduler would seat it on a lifeboat again.
-	routed := &corev1.Pod{}
-	c.ApplyPlacement(routed, Placement{Tier: v1alpha1.TierCheckpointed, TierClass: tierClasses[v1alpha1.TierCheckpointed], SeatHost: "ip-10-0-1-5", LifeboatActive: true})
-	if routed.Spec.SchedulerName != "" {
-		t.Errorf("a Pod with a seat while a lifeboat is active: schedulerName %q, want the default", routed.Spec.SchedulerName)
+	if got := pod.Labels[v1alpha1.LabelSeatHost]; got != "ip-10-0-1-5" {
+		t.Errorf("label %s = %q, want the seat's host", v1alpha1.LabelSeatHost, got)
+	}
+	// A Pod with a seat goes to the lifeboat scheduler, which binds it to its seat's node,
+	// whatever the routing and whether or not a lifeboat is active; without a scheduler name
+	// it keeps the default scheduler (and the preference).
+	for _, tc := range []struct {
+		name    string
+		routing SchedulerRouting
+		sched   string
+		active  bool
+		want    string
+	}{
+		{"no lifeboat active", RouteWhileLifeboatActive, v1alpha1.SchedulerName, false, v1alpha1.SchedulerName},
+		{"a lifeboat active", RouteWhileLifeboatActive, v1alpha1.SchedulerName, true, v1alpha1.SchedulerName},
+		{"routing Always", RouteAlways, v1alpha1.SchedulerName, false, v1alpha1.SchedulerName},
+		{"no lifeboat scheduler", RouteWhileLifeboatActive, "", true, ""},
+	} {
+		c := DefaultConfig()
+		c.SchedulerRouting, c.SchedulerName = tc.routing, tc.sched
+		routed := &corev1.Pod{}
+		c.ApplyPlacement(routed, Placement{Tier: v1alpha1.TierCheckpointed, TierClass: tierClasses[v1alpha1.TierCheckpointed], SeatHost: "ip-10-0-1-5", LifeboatActive: tc.active})
+		if routed.Spec.SchedulerName != tc.want {
+			t.Errorf("%s: a Pod with a seat got schedulerName %q, want %q", tc.name, routed.Spec.SchedulerName, tc.want)
+		}
 	}
 	// No seat: no preference.
 	plain := &corev1.Pod{}
 	c.ApplyPlacement(plain, Placement{Tier: v1alpha1.TierCheckpointed, TierClass: tierClasses[v1alpha1.TierCheckpointed]})
 	if n := len(plain.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); n != 1 {
 		t.Errorf("without a seat: %d preferred terms, want the Spot preference only", n)
+	}
+	if _, ok := plain.Labels[v1alpha1.LabelSeatHost]; ok || plain.Spec.SchedulerName != "" {
+		t.Errorf("without a seat: labels %v, schedulerName %q; want no seat host and the default scheduler (no lifeboat active)", plain.Labels, plain.Spec.SchedulerName)
 	}
 }

@@ -4,7 +4,8 @@
 //
 // PreFilter: for Pods labelled lifeboat.dev/protected=true, narrow the cycle
 // (PreFilterResult) to the active lifeboat nodes that can take the Pod, when there is one; so
-// protected Pods find them under the scheduler's stock node sampling. PostFilter: if such a
+// protected Pods find them under the scheduler's stock node sampling. A protected Pod with a
+// seat (lifeboat.dev/seat-host) is narrowed to its seat's node instead, when that can take it. PostFilter: if such a
 // narrowed cycle finds no feasible node after all, retry the Pod at once on all nodes.
 // Filter: reject nodes carrying an interruption taint (Karpenter's karpenter.sh/disrupted,
 // Lifeboat's lifeboat.dev/interrupted, by default) and pool nodes (label lifeboat.dev/pool)
@@ -38,6 +39,7 @@ import (
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
+	"github.com/lifeboat-k8s/lifeboat/plugins/internal/podrole"
 )
 
 const (
@@ -50,6 +52,9 @@ const (
 	// ErrReasonRetryAllNodes is the PostFilter reason when a cycle narrowed to active lifeboat
 	// nodes found none feasible; the Pod is retried on all nodes.
 	ErrReasonRetryAllNodes = "no active lifeboat node can take the pod; retrying on all nodes"
+	// ErrReasonSeatRetryAllNodes is the PostFilter reason when a cycle narrowed to the node of
+	// the Pod's seat found it infeasible; the Pod is retried on all nodes.
+	ErrReasonSeatRetryAllNodes = "the node of the pod's seat cannot take it; retrying on all nodes"
 	// ErrReasonSurgeNoPreemption is the PostFilter reason for a Pod of a handoff surge: it
 	// waits for capacity (Karpenter provisions for it) instead of preempting.
 	ErrReasonSurgeNoPreemption = "pod of a lifeboat handoff surge: its twin on the lifeboat node still serves, so it waits for new capacity instead of preempting"
@@ -150,7 +155,7 @@ func IsActivePoolNode(node *v1.Node) bool {
 }
 
 func isProtected(pod *v1.Pod) bool {
-	return pod.Labels[v1alpha1.LabelProtected] == "true"
+	return podrole.Protected(pod)
 }
 
 // isInterrupted reports whether the node carries one of the interruption taints.
@@ -227,15 +232,17 @@ func (pl *LifeboatPlacement) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.Sign
 	}
 	return []fwk.SignFragment{
 		{Key: v1alpha1.LabelProtected, Value: isProtected(pod)},
+		{Key: v1alpha1.LabelSeatHost, Value: podrole.SeatHost(pod)},
 		{Key: fwk.TolerationsSignerName, Value: fwk.TolerationsSigner(pod)},
 		{Key: fwk.NodeAffinitySignerName, Value: aff},
 		{Key: fwk.NodeSelectorSignerName, Value: pod.Spec.NodeSelector},
 	}, nil
 }
 
-// PreScore skips scoring for unprotected Pods: all their candidate nodes are equal here.
+// PreScore skips scoring for unprotected Pods and Pods with a seat: all their candidate nodes
+// are equal here.
 func (pl *LifeboatPlacement) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if !isProtected(pod) {
+	if !podrole.RidesLifeboats(pod) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil

@@ -20,15 +20,18 @@ import (
 	taintutil "k8s.io/kubernetes/pkg/util/taints"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/plugins/internal/podrole"
 )
 
 // narrowedStateKey marks, in the CycleState, a cycle in which PreFilter narrowed the Pod to
 // active lifeboat nodes; PostFilter reads it.
 const narrowedStateKey fwk.StateKey = "PreFilter" + Name
 
-// narrowedState lists the nodes PreFilter narrowed the cycle to.
+// narrowedState lists the nodes PreFilter narrowed the cycle to: active lifeboat nodes, or the
+// node of the Pod's seat (seat).
 type narrowedState struct {
 	nodes sets.Set[string]
+	seat  bool
 }
 
 // Clone shares the state: it is never modified after PreFilter.
@@ -108,18 +111,37 @@ func (pl *LifeboatPlacement) needsOf(pod *v1.Pod) *podNeeds {
 //
 // When it does not narrow, it decides whether the Pod waits for a resuming lifeboat node
 // instead of the nodes of Spot pools being reclaimed (reclaim.go); Filter reads the decision.
+//
+// A protected Pod with a seat (seat.go) is narrowed to its seat's node instead, when that node
+// can take it (the same mirror, without the lifeboat exemptions), and otherwise evaluated on
+// all nodes like an unprotected Pod: never narrowed to lifeboat nodes, never waiting for one.
 func (pl *LifeboatPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !isProtected(pod) {
 		return nil, nil
 	}
 	logger := klog.FromContext(ctx)
 	needs := pl.needsOf(pod)
-	if pl.takeWidenMark(pod.UID) {
-		logger.V(4).Info("narrowing to lifeboat nodes failed last time, evaluating all nodes", "pod", klog.KObj(pod))
-	} else if targets := pl.lifeboatNodesThatCanTake(logger, needs); len(targets) > 0 {
-		state.Write(narrowedStateKey, &narrowedState{nodes: targets})
-		logger.V(5).Info("narrowing to active lifeboat nodes that can take the pod", "pod", klog.KObj(pod), "nodes", len(targets))
-		return &fwk.PreFilterResult{NodeNames: targets}, nil
+	host := podrole.SeatHost(pod)
+	switch {
+	case pl.takeWidenMark(pod.UID):
+		logger.V(4).Info("narrowing failed last time, evaluating all nodes", "pod", klog.KObj(pod), "seatHost", host)
+	case host != "":
+		if name := pl.seatNodeThatCanTake(logger, needs, host); name != "" {
+			targets := sets.New(name)
+			state.Write(narrowedStateKey, &narrowedState{nodes: targets, seat: true})
+			logger.V(4).Info("narrowing to the node of the pod's seat", "pod", klog.KObj(pod), "node", name)
+			return &fwk.PreFilterResult{NodeNames: targets}, nil
+		}
+		logger.V(3).Info("the node of the pod's seat cannot take it, evaluating all nodes", "pod", klog.KObj(pod), "seatHost", host)
+	default:
+		if targets := pl.lifeboatNodesThatCanTake(logger, needs); len(targets) > 0 {
+			state.Write(narrowedStateKey, &narrowedState{nodes: targets})
+			logger.V(5).Info("narrowing to active lifeboat nodes that can take the pod", "pod", klog.KObj(pod), "nodes", len(targets))
+			return &fwk.PreFilterResult{NodeNames: targets}, nil
+		}
+	}
+	if host != "" {
+		return nil, nil
 	}
 	if w := pl.decideReclaimWait(logger, needs); w != nil {
 		state.Write(reclaimWaitStateKey, w)
@@ -226,7 +248,7 @@ func fitsRequests(req *framework.Resource, ni fwk.NodeInfo) bool {
 // Nor does a Pod that waits for a resuming lifeboat node (reclaim.go); it is requeued when the
 // wait ends.
 func (pl *LifeboatPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	_, err := state.Read(narrowedStateKey)
+	data, err := state.Read(narrowedStateKey)
 	narrowed := err == nil
 	logger := klog.FromContext(ctx)
 	if !narrowed {
@@ -239,10 +261,14 @@ func (pl *LifeboatPlacement) PostFilter(ctx context.Context, state fwk.CycleStat
 		}
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	logger.V(3).Info("no active lifeboat node could take the pod after all, retrying on all nodes", "pod", klog.KObj(pod))
+	reason := ErrReasonRetryAllNodes
+	if s, ok := data.(*narrowedState); ok && s.seat {
+		reason = ErrReasonSeatRetryAllNodes
+	}
+	logger.V(3).Info("the nodes of the narrowed cycle could not take the pod after all, retrying on all nodes", "pod", klog.KObj(pod), "reason", reason)
 	pl.setWidenMark(pod.UID)
 	pl.handle.Activate(logger, map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
-	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonRetryAllNodes)
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 }
 
 func (pl *LifeboatPlacement) setWidenMark(uid types.UID) {

@@ -182,40 +182,48 @@ func TestPreFilterNarrowing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			f := newTestFramework(t, nil, tt.nodes, tt.pods)
-			state := framework.NewCycleState()
-			res, s, _ := f.fwk.RunPreFilterPlugins(ctx, state, tt.pod)
-			if !s.IsSuccess() {
-				t.Fatalf("PreFilter = %v, want success", s)
-			}
-			if tt.want == nil {
-				if !res.AllNodes() {
-					t.Fatalf("PreFilter narrowed to %v, want all nodes", sets.List(res.NodeNames))
-				}
-				if _, err := state.Read(narrowedStateKey); err == nil {
-					t.Error("cycle marked as narrowed without narrowing")
-				}
-				return
-			}
-			if res.AllNodes() {
-				t.Fatalf("PreFilter = all nodes, want %v", sets.List(tt.want))
-			}
-			if diff := cmp.Diff(sets.List(tt.want), sets.List(res.NodeNames)); diff != "" {
-				t.Errorf("PreFilter nodes (-want +got):\n%s", diff)
-			}
-			// The narrowed nodes pass the plugin's own Filter.
-			for name := range res.NodeNames {
-				ni, err := f.plugin.handle.SnapshotSharedLister().NodeInfos().Get(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if s := f.fwk.RunFilterPlugins(ctx, state, tt.pod, ni); !s.IsSuccess() {
-					t.Errorf("narrowed to %s, which the Filter rejects: %v", name, s)
-				}
-			}
+			checkPreFilter(t, tt.pod, tt.nodes, tt.pods, tt.want)
 		})
 	}
+}
+
+// checkPreFilter runs PreFilter for pod with nodes and pods (bound) and checks that it narrowed
+// the cycle to want (nil: not at all, and the cycle is not marked as narrowed), and that the
+// nodes it narrowed to pass the plugin's Filter. It returns the cycle's state.
+func checkPreFilter(t *testing.T, pod *v1.Pod, nodes []*v1.Node, pods []*v1.Pod, want sets.Set[string]) fwk.CycleState {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	f := newTestFramework(t, nil, nodes, pods)
+	state := framework.NewCycleState()
+	res, s, _ := f.fwk.RunPreFilterPlugins(ctx, state, pod)
+	if !s.IsSuccess() {
+		t.Fatalf("PreFilter = %v, want success", s)
+	}
+	if want == nil {
+		if !res.AllNodes() {
+			t.Fatalf("PreFilter narrowed to %v, want all nodes", sets.List(res.NodeNames))
+		}
+		if _, err := state.Read(narrowedStateKey); err == nil {
+			t.Error("cycle marked as narrowed without narrowing")
+		}
+		return state
+	}
+	if res.AllNodes() {
+		t.Fatalf("PreFilter = all nodes, want %v", sets.List(want))
+	}
+	if diff := cmp.Diff(sets.List(want), sets.List(res.NodeNames)); diff != "" {
+		t.Errorf("PreFilter nodes (-want +got):\n%s", diff)
+	}
+	for name := range res.NodeNames {
+		ni, err := f.plugin.handle.SnapshotSharedLister().NodeInfos().Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := f.fwk.RunFilterPlugins(ctx, state, pod, ni); !s.IsSuccess() {
+			t.Errorf("narrowed to %s, which the Filter rejects: %v", name, s)
+		}
+	}
+	return state
 }
 
 // TestPostFilterFallback: a narrowed cycle that finds no feasible node requeues the Pod for one

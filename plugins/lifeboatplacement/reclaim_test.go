@@ -79,6 +79,10 @@ func TestReclaimedPoolWait(t *testing.T) {
 				doomed, resumingLifeboat("lb-1", 5*time.Second, "4", false)}},
 		{name: "unprotected pods never wait", pod: st.MakePod().Name("u").Namespace("ns").UID("u").Obj(),
 			nodes: []*v1.Node{noticed, doomed, resumingLifeboat("lb-1", 5*time.Second, "4", false)}},
+		// A Pod with a seat whose node went is placed like an unprotected one: a lifeboat would
+		// have to hand it off again.
+		{name: "pods with a seat never wait", pod: protectedPod("p").Label(v1alpha1.LabelSeatHost, "gone").Obj(),
+			nodes: []*v1.Node{noticed, doomed, resumingLifeboat("lb-1", 5*time.Second, "4", false)}},
 		{name: "the wait is off", args: &configv1.LifeboatPlacementArgs{ReclaimedPoolWait: &metav1.Duration{}}, pod: protectedPod("p").Obj(),
 			nodes: []*v1.Node{noticed, doomed, resumingLifeboat("lb-1", 5*time.Second, "4", false)}},
 	}

@@ -1,6 +1,6 @@
 // Package lifeboattaints is the LifeboatTaints scheduler plugin: kube-scheduler's
 // TaintToleration, except that Pods labelled lifeboat.dev/protected=true pass the
-// lifeboat.dev/lifeboat taint and that reserved taints (lifeboat, standby) are never passed by a
+// lifeboat.dev/lifeboat taint (but not those with a seat, lifeboat.dev/seat-host) and that reserved taints (lifeboat, standby) are never passed by a
 // Pod's own tolerations. It replaces TaintToleration in the lifeboat-scheduler profile.
 //
 // Why not a toleration in the Pod spec: Karpenter counts every node a pending Pod could
@@ -28,6 +28,7 @@ import (
 	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 	"github.com/lifeboat-k8s/lifeboat/plugins/apis/config/validation"
 	"github.com/lifeboat-k8s/lifeboat/plugins/internal/cyclestate"
+	"github.com/lifeboat-k8s/lifeboat/plugins/internal/podrole"
 )
 
 const (
@@ -76,13 +77,20 @@ func (pl *LifeboatTaints) Name() string { return Name }
 
 // IsProtected reports whether the webhook protected the Pod (label lifeboat.dev/protected=true).
 func IsProtected(pod *v1.Pod) bool {
-	return pod.Labels[v1alpha1.LabelProtected] == "true"
+	return podrole.Protected(pod)
+}
+
+// passesProtectedTaints: the Pod passes the protectedPodTaintKeys (the lifeboat taint) — a
+// protected Pod, but not one with a seat (podrole.RidesLifeboats): it is moving to the room its
+// seat kept on ordinary capacity, and on a lifeboat it would have to be handed off again.
+func passesProtectedTaints(pod *v1.Pod) bool {
+	return podrole.RidesLifeboats(pod)
 }
 
 // untoleratedTaint returns the first NoSchedule/NoExecute taint of the node that the Pod may
 // not pass, and whether that taint is a reserved one.
 func (pl *LifeboatTaints) untoleratedTaint(logger klog.Logger, taints []v1.Taint, pod *v1.Pod) (taint *v1.Taint, reserved bool) {
-	protected := IsProtected(pod)
+	protected := passesProtectedTaints(pod)
 	isDoNotSchedule := helper.DoNotScheduleTaintsFilterFunc()
 	for i := range taints {
 		t := &taints[i]
@@ -162,7 +170,7 @@ func (pl *LifeboatTaints) isSchedulableAfterPodChange(logger klog.Logger, pod *v
 func (pl *LifeboatTaints) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	return []fwk.SignFragment{
 		{Key: fwk.TolerationsSignerName, Value: fwk.TolerationsSigner(pod)},
-		{Key: v1alpha1.LabelProtected, Value: IsProtected(pod)},
+		{Key: v1alpha1.LabelProtected, Value: passesProtectedTaints(pod)},
 	}, nil
 }
 

@@ -36,6 +36,13 @@ func protectedPod(tolerations ...v1.Toleration) *v1.Pod {
 	return buildtest.Pod("ns", "p", buildtest.Protected(""), buildtest.Tolerations(tolerations...))
 }
 
+// seatedPod is a protected Pod whose seat kept room on host-1 (the webhook's label).
+func seatedPod(tolerations ...v1.Toleration) *v1.Pod {
+	p := protectedPod(tolerations...)
+	p.Labels[v1alpha1.LabelSeatHost] = "host-1"
+	return p
+}
+
 func plainPod(tolerations ...v1.Toleration) *v1.Pod {
 	return buildtest.Pod("ns", "p", buildtest.Tolerations(tolerations...))
 }
@@ -70,6 +77,13 @@ func TestFilter(t *testing.T) {
 	}{
 		{name: "untainted node admits anyone", pod: plainPod(), node: node("n")},
 		{name: "protected pod passes the lifeboat taint", pod: protectedPod(), node: node("n", lifeboatTaint)},
+		{
+			// The replacement of a Pod that moved to its seat: ordinary capacity only, like the
+			// default scheduler would place it.
+			name: "protected pod with a seat does not pass the lifeboat taint", pod: seatedPod(), node: node("n", lifeboatTaint),
+			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: ErrReasonReserved,
+		},
+		{name: "protected pod with a seat passes what it tolerates", pod: seatedPod(tolerateSpot), node: node("n", spotTaint)},
 		{
 			name: "unprotected pod never passes the lifeboat taint", pod: plainPod(), node: node("n", lifeboatTaint),
 			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: ErrReasonReserved,

@@ -187,6 +187,12 @@ func TestMutatorPrefersSeatNode(t *testing.T) {
 			case tt.want != "" && (len(hosts) != 1 || hosts[0] != tt.want):
 				t.Errorf("preferred hosts %v, want [%s]", hosts, tt.want)
 			}
+			if host := got.Labels[v1alpha1.LabelSeatHost]; host != tt.want {
+				t.Errorf("label %s = %q, want %q", v1alpha1.LabelSeatHost, host, tt.want)
+			}
+			if tt.want != "" && got.Spec.SchedulerName != v1alpha1.SchedulerName {
+				t.Errorf("schedulerName %q, want %q: the lifeboat scheduler binds a Pod to its seat's node", got.Spec.SchedulerName, v1alpha1.SchedulerName)
+			}
 			if got.Labels[v1alpha1.LabelProtected] != "true" {
 				t.Errorf("not protected: %v", got.Labels)
 			}

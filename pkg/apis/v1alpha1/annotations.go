@@ -72,7 +72,14 @@ const (
 	// LabelSeat marks the handoff's seats: placeholder Pods in Lifeboat's namespace that keep
 	// room on ordinary capacity for a lifeboat Pod the handoff will evict (a StatefulSet's).
 	// AnnotationSeatFor names that Pod (namespace/name), AnnotationSeatNode its lifeboat node.
-	LabelSeat          = Group + "/seat"
+	LabelSeat = Group + "/seat"
+	// LabelSeatHost on a protected Pod: the kubernetes.io/hostname of the node where a seat kept
+	// room, images pulled, for it (the webhook writes it from AnnotationSeats or
+	// AnnotationBridgeSeats when the Pod is re-created; a hostname is a valid label value). The
+	// lifeboat scheduler binds the Pod there while that node can take it: a preference alone
+	// loses to the default scores (topology spread, least allocated) on an emptier node, which
+	// has the Pod pull its images again while it is down.
+	LabelSeatHost      = Group + "/seat-host"
 	AnnotationSeatFor  = Group + "/seat-for"
 	AnnotationSeatNode = Group + "/seat-node"
 	// AnnotationSeats on a draining lifeboat Node records where the seat of each Pod the handoff

@@ -132,7 +132,7 @@ func (e *env) checkHandoffToSeats(t *testing.T, ns string, w workload, replicas 
 				t.Errorf("%s's node %s: %v", p.Name, p.Spec.NodeName, err)
 				continue
 			}
-			if !prefersHost(p, host) || node.Labels[corev1.LabelHostname] != host {
+			if !prefersHost(p, host) || p.Labels[v1alpha1.LabelSeatHost] != host || node.Labels[corev1.LabelHostname] != host {
 				t.Errorf("%s, moved straight to its seat's node %s, prefers it %v and is bound to %s (hostname %q)", p.Name, host, prefersHost(p, host), node.Name, node.Labels[corev1.LabelHostname])
 			}
 			if len(s.prePulls) != 1 || s.prePulls[0] != image {
@@ -161,8 +161,9 @@ func (e *env) checkHandoffToSeats(t *testing.T, ns string, w workload, replicas 
 			continue
 		}
 		host := node.Labels[corev1.LabelHostname]
-		if !prefersHost(p, host) {
-			t.Errorf("%s does not prefer its seat's node %s (hostname %q): affinity %+v", p.Name, s.node, host, p.Spec.Affinity)
+		if !prefersHost(p, host) || p.Labels[v1alpha1.LabelSeatHost] != host || p.Spec.SchedulerName != v1alpha1.SchedulerName {
+			t.Errorf("%s (created %s) does not prefer its seat's node %s (hostname %q): affinity %+v, label %s=%q, scheduler %q; want the preference, the label and %s (the webhook, from its lifeboat's seat record)",
+				p.Name, p.CreationTimestamp.Format(time.RFC3339), s.node, host, p.Spec.Affinity, v1alpha1.LabelSeatHost, p.Labels[v1alpha1.LabelSeatHost], p.Spec.SchedulerName, v1alpha1.SchedulerName)
 		}
 		if p.Spec.NodeName != s.node {
 			t.Errorf("%s was bound to %s, not to its seat's node %s", p.Name, p.Spec.NodeName, s.node)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
+	"github.com/lifeboat-k8s/lifeboat/pkg/policy"
 	_ "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/scheme"
 	"github.com/lifeboat-k8s/lifeboat/plugins/capacitypoolspread"
 	"github.com/lifeboat-k8s/lifeboat/plugins/lifeboatplacement"
@@ -223,6 +224,48 @@ func ownedBy(kind, name string, uid string) podOpt {
 func hostPort(port int32) podOpt {
 	return func(p *v1.Pod) {
 		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: v1.ProtocolTCP})
+	}
+}
+
+// app sets the Pod's app label.
+func app(name string) podOpt {
+	return func(p *v1.Pod) { p.Labels["app"] = name }
+}
+
+// spreadByHost spreads the Pods of the Pod's app over nodes as the scheduler's default
+// constraints do (ScheduleAnyway: a score, not a filter).
+func spreadByHost(p *v1.Pod) {
+	p.Spec.TopologySpreadConstraints = append(p.Spec.TopologySpreadConstraints, v1.TopologySpreadConstraint{
+		MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}},
+	})
+}
+
+// boundTo binds the Pod to node at creation (no scheduler): it only takes room there.
+func boundTo(node string) podOpt {
+	return func(p *v1.Pod) { p.Spec.NodeName = node }
+}
+
+// requests sets the Pod's CPU request.
+func requests(cpu string) podOpt {
+	return func(p *v1.Pod) { p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse(cpu) }
+}
+
+// seatHost is what the webhook writes on a Pod re-created where a seat kept room for it: the
+// seat's host label and the preference for that host (policy.SeatPreferenceWeight).
+func seatHost(host string) podOpt {
+	return func(p *v1.Pod) {
+		p.Labels[v1alpha1.LabelSeatHost] = host
+		if p.Spec.Affinity == nil {
+			p.Spec.Affinity = &v1.Affinity{}
+		}
+		if p.Spec.Affinity.NodeAffinity == nil {
+			p.Spec.Affinity.NodeAffinity = &v1.NodeAffinity{}
+		}
+		na := p.Spec.Affinity.NodeAffinity
+		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, v1.PreferredSchedulingTerm{
+			Weight: policy.SeatPreferenceWeight, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
+				{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{host}}}}})
 	}
 }
 

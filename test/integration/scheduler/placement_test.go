@@ -111,6 +111,42 @@ func TestPlacement(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod with a seat goes to its seat's node, never to a lifeboat", func(t *testing.T) {
+		ns := createNamespace(t, client, "seat")
+		// The seat's node is nearly full (the room a seat kept is all that is left) and runs
+		// three replicas of the StatefulSet; an empty Spot node Karpenter just launched and an
+		// active lifeboat with room are the alternatives. The default scores (the replicas'
+		// topology spread — the scheduler's default constraints give every StatefulSet one —,
+		// least allocated) prefer the empty node over the preferred affinity the webhook writes:
+		// without the narrowing to the seat's node the Pod lands there.
+		createNodes(t, client,
+			nodeSpec{name: "seat-node", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "fresh-node", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "lb-room", labels: poolLabels(v1alpha1.NodeStateActive, "m5.large", "us-east-1a"), taints: []v1.Taint{lifeboatTaint}},
+		)
+		for i := range 3 {
+			createPods(t, client, makePod(ns, fmt.Sprintf("resident%d", i), app("stream"), boundTo("seat-node"), requests("1200m")))
+		}
+		waitBound(t, client, ns, 3)
+		createPods(t, client, makePod(ns, "stream-0", app("stream"), spreadByHost, protected, preferSpot, seatHost("seat-node"), ownedBy("StatefulSet", "stream", "uid-stream")))
+		if node := waitBound(t, client, ns, 4)["stream-0"]; node != "seat-node" {
+			t.Errorf("pod with a seat on seat-node bound to %s, want seat-node", node)
+		}
+
+		// The seat's node has no room left: the Pod goes to ordinary capacity, not to the
+		// lifeboat (it would have to be handed off again).
+		createPods(t, client, makePod(ns, "stream-1", app("stream"), spreadByHost, protected, preferSpot, seatHost("seat-node"), requests("1"), ownedBy("StatefulSet", "stream", "uid-stream")))
+		if node := waitBound(t, client, ns, 5)["stream-1"]; node != "fresh-node" {
+			t.Errorf("pod whose seat's node is full bound to %s, want fresh-node", node)
+		}
+
+		// For contrast: a protected Pod without a seat still rides the lifeboat.
+		createPods(t, client, makePod(ns, "web-0", protected, preferSpot, ownedBy("ReplicaSet", "web", "uid-web")))
+		if node := waitBound(t, client, ns, 6)["web-0"]; node != "lb-room" {
+			t.Errorf("protected pod without a seat bound to %s, want lb-room", node)
+		}
+	})
+
 	t.Run("replicas spread across capacity pools", func(t *testing.T) {
 		ns := createNamespace(t, client, "spread")
 		// Uneven pools: spreading over nodes alone (least allocated) would give 8/2/2.
