@@ -176,35 +176,47 @@ func (pl *LifeboatPlacement) canTake(logger klog.Logger, needs *podNeeds, ni fwk
 	if node == nil || node.Spec.Unschedulable || !IsActivePoolNode(node) || pl.isInterrupted(node) {
 		return false
 	}
-	if !pl.protectedPodPassesTaints(logger, needs.pod, node.Spec.Taints) {
-		return false
-	}
-	if ok, err := needs.affinity.Match(node); err != nil || !ok {
-		return false
-	}
-	return fitsRequests(needs.requests, ni)
+	return pl.protectedPodPassesTaints(logger, needs.pod, node.Spec.Taints) && matchesAndFits(needs, ni)
 }
 
 // protectedPodPassesTaints is LifeboatTaints' rule for a protected Pod with the keys of
 // docs/ARCHITECTURE.md "Nodes of the warm pool": the lifeboat taint passes, the standby taint
 // never does, every other NoSchedule/NoExecute taint needs a toleration.
 func (pl *LifeboatPlacement) protectedPodPassesTaints(logger klog.Logger, pod *v1.Pod, taints []v1.Taint) bool {
+	return pl.passesTaints(logger, pod, taints, true)
+}
+
+// passesTaints: every NoSchedule/NoExecute taint is tolerated by the Pod's own tolerations —
+// but, for a Pod that rides lifeboats (lifeboat), the lifeboat taint passes and the standby
+// taint never does.
+func (pl *LifeboatPlacement) passesTaints(logger klog.Logger, pod *v1.Pod, taints []v1.Taint, lifeboat bool) bool {
 	for i := range taints {
 		t := &taints[i]
 		if t.Effect != v1.TaintEffectNoSchedule && t.Effect != v1.TaintEffectNoExecute {
 			continue
 		}
-		switch t.Key {
-		case v1alpha1.TaintLifeboat:
-			continue
-		case v1alpha1.TaintStandby:
-			return false
+		if lifeboat {
+			switch t.Key {
+			case v1alpha1.TaintLifeboat:
+				continue
+			case v1alpha1.TaintStandby:
+				return false
+			}
 		}
 		if !v1helper.TolerationsTolerateTaint(logger, pod.Spec.Tolerations, t, pl.enableTaintComparisonOperators) {
 			return false
 		}
 	}
 	return true
+}
+
+// matchesAndFits: the node matches the Pod's required affinity and nodeSelector, and its free
+// allocatable fits the Pod's requests.
+func matchesAndFits(needs *podNeeds, ni fwk.NodeInfo) bool {
+	if ok, err := needs.affinity.Match(ni.Node()); err != nil || !ok {
+		return false
+	}
+	return fitsRequests(needs.requests, ni)
 }
 
 // fitsRequests is NodeResourcesFit's check (noderesources.Fits) on requests computed once per
@@ -303,7 +315,7 @@ func (pl *LifeboatPlacement) takeWidenMark(uid types.UID) bool {
 // ReplicaSet by the time the surge Pods exist. The Deployment controller never removes a copied
 // annotation, so a surge counts only while its node is still a draining pool node.
 func (pl *LifeboatPlacement) surging(pod *v1.Pod) bool {
-	if pod.Labels[v1alpha1.LabelProtected] != "true" {
+	if !isProtected(pod) {
 		return false
 	}
 	ref := metav1.GetControllerOf(pod)

@@ -2,7 +2,6 @@ package lifeboatplacement
 
 import (
 	v1 "k8s.io/api/core/v1"
-	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -61,15 +60,5 @@ func (pl *LifeboatPlacement) canTakeSeated(logger klog.Logger, needs *podNeeds, 
 	if node == nil || node.Spec.Unschedulable || IsPoolNode(node) || pl.isInterrupted(node) {
 		return false
 	}
-	for i := range node.Spec.Taints {
-		t := &node.Spec.Taints[i]
-		if (t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute) &&
-			!v1helper.TolerationsTolerateTaint(logger, needs.pod.Spec.Tolerations, t, pl.enableTaintComparisonOperators) {
-			return false
-		}
-	}
-	if ok, err := needs.affinity.Match(node); err != nil || !ok {
-		return false
-	}
-	return fitsRequests(needs.requests, ni)
+	return pl.passesTaints(logger, needs.pod, node.Spec.Taints, false) && matchesAndFits(needs, ni)
 }
