@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -114,40 +115,33 @@ func freePort(t testing.TB) int {
 // webhookProcess is lifeboat-webhook running as a child of the test.
 type webhookProcess struct {
 	t       testing.TB
-	args    []string
+	extra   []string // flags after the ports and TLS
+	tlsDir  string   // --tls-cert-dir; empty: the extra flags set TLS up
 	port    int
 	health  int
 	metrics int
 	logPath string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has exited; waitErr is then set
+	waitErr error
 }
+
+// errPortTaken: the process exited because a port picked for it was taken between the pick and
+// its bind (another test package's component can grab a port freePort saw free).
+var errPortTaken = errors.New("a port picked for lifeboat-webhook was taken before it bound it")
 
 // startWebhook runs lifeboat-webhook against the shared cluster on port (0: any free one) with
 // certificates from ca (nil: the extra flags set TLS up) and waits until /readyz is OK. It is
 // stopped at cleanup.
 func startWebhook(t testing.TB, ca *testCA, port int, extra ...string) *webhookProcess {
 	t.Helper()
-	if port == 0 {
-		port = freePort(t)
-	}
-	w := &webhookProcess{t: t, port: port, health: freePort(t), metrics: freePort(t),
+	w := &webhookProcess{t: t, extra: extra, port: port,
 		logPath: filepath.Join(t.TempDir(), "lifeboat-webhook.log")}
-	w.args = []string{
-		"--kubeconfig=" + shared.KubeconfigPath(),
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--port=%d", w.port),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", w.health),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", w.metrics),
-		"--leader-elect=false",
-		"--shutdown-delay=0s",
-		"--v=4",
-	}
 	if ca != nil {
-		w.args = append(w.args, "--tls-cert-dir="+ca.certDir)
+		w.tlsDir = ca.certDir
 	}
-	w.args = append(w.args, extra...)
 	t.Cleanup(func() {
 		w.Stop()
 		if t.Failed() {
@@ -155,7 +149,8 @@ func startWebhook(t testing.TB, ca *testCA, port int, extra ...string) *webhookP
 			t.Logf("lifeboat-webhook log:\n%s", tail(b, 12000))
 		}
 	})
-	w.Start()
+	// Before anything is registered for it, the webhook port may move too.
+	w.start(port == 0)
 	return w
 }
 
@@ -166,27 +161,87 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// Start (re)starts the process with the same flags and port, and waits for readiness.
+func (w *webhookProcess) args() []string {
+	args := []string{
+		"--kubeconfig=" + shared.KubeconfigPath(),
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--port=%d", w.port),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", w.health),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", w.metrics),
+		"--leader-elect=false",
+		"--shutdown-delay=0s",
+		"--v=4",
+	}
+	if w.tlsDir != "" {
+		args = append(args, "--tls-cert-dir="+w.tlsDir)
+	}
+	return append(args, w.extra...)
+}
+
+// Start restarts the process with the same flags and webhook port (the registered webhooks
+// call it there), and waits for readiness.
 func (w *webhookProcess) Start() {
 	w.t.Helper()
+	w.start(false)
+}
+
+// start launches the process and waits for readiness. A port taken before the process bound it
+// gets a new one (the webhook port only when movePort), at most three attempts.
+func (w *webhookProcess) start(movePort bool) {
+	w.t.Helper()
+	for attempt := 1; ; attempt++ {
+		if movePort || w.port == 0 {
+			w.port = freePort(w.t)
+		}
+		w.health, w.metrics = freePort(w.t), freePort(w.t)
+		err := w.launch()
+		if err == nil {
+			return
+		}
+		if errors.Is(err, errPortTaken) && attempt < 3 {
+			w.t.Logf("%v; starting it again on other ports", err)
+			continue
+		}
+		b, _ := os.ReadFile(w.logPath)
+		w.t.Fatalf("%v\n%s", err, tail(b, 8000))
+	}
+}
+
+// launch starts the process and polls /readyz for up to 60 s, returning early if it exits.
+func (w *webhookProcess) launch() error {
 	logf, err := os.OpenFile(w.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		w.t.Fatal(err)
+		return err
 	}
-	cmd := exec.Command(os.Args[0], w.args...)
+	logStart, _ := logf.Seek(0, io.SeekEnd)
+	cmd := exec.Command(os.Args[0], w.args()...)
 	cmd.Env = append(os.Environ(), processEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The child dies with the test binary even if the test is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		w.t.Fatal(err)
+		logf.Close()
+		return err
 	}
 	logf.Close()
+	exited := make(chan struct{})
 	w.mu.Lock()
-	w.cmd = cmd
+	w.cmd, w.exited = cmd, exited
 	w.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		w.mu.Lock()
+		w.waitErr = err
+		w.mu.Unlock()
+		close(exited)
+	}()
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", w.health)
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case <-exited:
+			return false, errExited
+		default:
+		}
 		resp, err := http.Get(url)
 		if err != nil {
 			return false, nil
@@ -194,33 +249,49 @@ func (w *webhookProcess) Start() {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errExited):
+		w.mu.Lock()
+		w.cmd = nil
+		waitErr := w.waitErr
+		w.mu.Unlock()
 		b, _ := os.ReadFile(w.logPath)
-		w.t.Fatalf("lifeboat-webhook not ready at %s: %v\n%s", url, err, tail(b, 8000))
+		if int64(len(b)) >= logStart && bytes.Contains(b[logStart:], []byte("address already in use")) {
+			return errPortTaken
+		}
+		return fmt.Errorf("lifeboat-webhook exited before it was ready (%v)", waitErr)
+	default:
+		return fmt.Errorf("lifeboat-webhook not ready at %s: %w", url, err)
 	}
 }
+
+var errExited = errors.New("exited")
 
 // Stop sends SIGTERM (graceful shutdown) and waits for the process to exit.
 func (w *webhookProcess) Stop() {
 	w.mu.Lock()
-	cmd := w.cmd
+	cmd, exited := w.cmd, w.exited
 	w.cmd = nil
 	w.mu.Unlock()
 	if cmd == nil {
 		return
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			w.t.Errorf("lifeboat-webhook exited with %v after SIGTERM (want a clean exit)", err)
-		}
+	case <-exited:
 	case <-time.After(40 * time.Second):
 		_ = cmd.Process.Kill()
-		<-done
+		<-exited
 		w.t.Errorf("lifeboat-webhook did not stop within 40s of SIGTERM")
+		return
+	}
+	w.mu.Lock()
+	err := w.waitErr
+	w.mu.Unlock()
+	if err != nil {
+		w.t.Errorf("lifeboat-webhook exited with %v after SIGTERM (want a clean exit)", err)
 	}
 }
 
@@ -547,4 +618,22 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// The helper's own check: a webhook whose port is taken exits at once, and launch says so
+// (errPortTaken, which start answers with other ports) instead of polling /readyz for a minute.
+func TestLaunchReportsATakenPort(t *testing.T) {
+	applyPriorityClasses(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	w := &webhookProcess{t: t, tlsDir: newTestCA(t).certDir, port: l.Addr().(*net.TCPAddr).Port,
+		health: freePort(t), metrics: freePort(t), logPath: filepath.Join(t.TempDir(), "lifeboat-webhook.log")}
+	// A poll that missed the exit would end in its timeout error, not errPortTaken.
+	if err = w.launch(); !errors.Is(err, errPortTaken) {
+		w.Stop()
+		t.Fatalf("launch on a taken port: want errPortTaken, got %v", err)
+	}
 }
