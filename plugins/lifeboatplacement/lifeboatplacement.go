@@ -85,9 +85,15 @@ type LifeboatPlacement struct {
 	// widen marks Pods whose next cycle must not be narrowed (a narrowed cycle failed).
 	widenMu sync.Mutex
 	widen   map[types.UID]time.Time
+	// seats indexes the seats by the Pod they keep room for (seatForIndex); seatWaits are the
+	// Pods held back for their seat's release, with the end of the wait (seat.go).
+	seats      cache.Indexer
+	seatWaitMu sync.Mutex
+	seatWaits  map[types.UID]time.Time
 }
 
 var (
+	_ fwk.PreEnqueuePlugin  = &LifeboatPlacement{}
 	_ fwk.PreFilterPlugin   = &LifeboatPlacement{}
 	_ fwk.PostFilterPlugin  = &LifeboatPlacement{}
 	_ fwk.FilterPlugin      = &LifeboatPlacement{}
@@ -120,6 +126,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		reclaimedPoolWait:              args.ReclaimedPoolWait.Duration,
 		afterFunc:                      func(d time.Duration, f func()) { time.AfterFunc(d, f) },
 		widen:                          map[types.UID]time.Time{},
+		seatWaits:                      map[types.UID]time.Time{},
 	}
 	nodeInformer := h.SharedInformerFactory().Core().V1().Nodes().Informer()
 	pools, err := nodeInformer.AddEventHandler(pl.poolNodes.eventHandler())
@@ -137,6 +144,11 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	rs.Informer()
 	pl.replicaSets = rs.Lister()
 	pl.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
+	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{seatForIndex: seatFor}); err != nil {
+		return nil, fmt.Errorf("%s: index seats: %w", Name, err)
+	}
+	pl.seats = podInformer.GetIndexer()
 	return pl, nil
 }
 
@@ -197,10 +209,12 @@ func (pl *LifeboatPlacement) Filter(ctx context.Context, state fwk.CycleState, p
 
 // EventsToRegister requeues a rejected Pod the moment a node turns into a target: a pool node
 // labelled active, an interruption taint removed, a new node, or a resuming lifeboat node seen
-// Ready (the annotation lifeboat.dev/resumed-ready-at; a Pod may be waiting for it).
+// Ready (the annotation lifeboat.dev/resumed-ready-at; a Pod may be waiting for it) — and a Pod
+// held back for its seat's release when that seat is deleted.
 func (pl *LifeboatPlacement) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterSeatDelete},
 	}, nil
 }
 

@@ -1,15 +1,20 @@
 package lifeboatplacement
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
@@ -142,5 +147,97 @@ func TestSeatFallbackAndScore(t *testing.T) {
 	}
 	if s := f.plugin.PreScore(ctx, state, protectedPod("q").Obj(), nil); !s.IsSuccess() {
 		t.Errorf("PreScore for a protected pod = %v, want success", s)
+	}
+}
+
+func TestSeatHeld(t *testing.T) {
+	now := time.Date(2026, 12, 7, 7, 0, 0, 0, time.UTC)
+	created := func(ago time.Duration) *v1.Pod {
+		p := seatedPod("p", "seat-host").Obj()
+		p.CreationTimestamp = metav1.NewTime(now.Add(-ago))
+		return p
+	}
+	seatOn := func(node string) *v1.Pod {
+		return st.MakePod().Namespace("lifeboat-system").Name("seat").Node(node).Obj()
+	}
+	hosts := map[string]string{"i-0abc": "seat-host", "other": "other"}
+	hostOf := func(n string) string { return hosts[n] }
+	tests := []struct {
+		name  string
+		pod   *v1.Pod
+		host  string
+		seats []*v1.Pod
+		want  bool
+	}{
+		{"its seat is still on the seat's node", created(time.Second), "seat-host", []*v1.Pod{seatOn("i-0abc")}, true},
+		{"no seat left", created(time.Second), "seat-host", nil, false},
+		// A seat elsewhere (made again after an older move) does not hold the room it goes to.
+		{"its seat is on another node", created(time.Second), "seat-host", []*v1.Pod{seatOn("other")}, false},
+		{"its seat is not bound yet", created(time.Second), "seat-host", []*v1.Pod{seatOn("")}, false},
+		{"no seat host", created(time.Second), "", []*v1.Pod{seatOn("i-0abc")}, false},
+		// The controller never released it: the wait is over.
+		{"created seatReleaseWait ago", created(seatReleaseWait), "seat-host", []*v1.Pod{seatOn("i-0abc")}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			until, got := SeatHeld(tt.pod, tt.host, tt.seats, hostOf, now)
+			if got != tt.want {
+				t.Fatalf("SeatHeld = %v, want %v", got, tt.want)
+			}
+			if got && !until.Equal(tt.pod.CreationTimestamp.Add(seatReleaseWait)) {
+				t.Errorf("until = %v, want the Pod's creation + %v", until, seatReleaseWait)
+			}
+		})
+	}
+}
+
+// TestPreEnqueueWaitsForTheSeat: in a framework with the informers, a Pod whose seat is still
+// bound to its seat host is held back and its requeue scheduled once; the seat's deletion
+// requeues it (the queueing hint), another Pod's deletion does not; without the seat it goes.
+func TestPreEnqueueWaitsForTheSeat(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	f := newTestFramework(t, nil, []*v1.Node{withHostname(bigNode("i-0abc"), "seat-host")}, nil)
+	now := time.Now()
+	f.plugin.clock = testingclock.NewFakePassiveClock(now)
+	var scheduled []time.Duration
+	f.plugin.afterFunc = func(d time.Duration, _ func()) { scheduled = append(scheduled, d) }
+	pod := seatedPod("db-0", "seat-host").Namespace("shop").Obj()
+	pod.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
+	seat := st.MakePod().Namespace("lifeboat-system").Name("lifeboat-seat-1").Node("i-0abc").
+		Label(v1alpha1.LabelSeat, "true").Annotation(v1alpha1.AnnotationSeatFor, "shop/db-0").Obj()
+	if _, err := f.client.CoreV1().Pods(seat.Namespace).Create(ctx, seat, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		objs, err := f.plugin.seats.ByIndex(seatForIndex, "shop/db-0")
+		return err == nil && len(objs) == 1, nil
+	}); err != nil {
+		t.Fatalf("the seat never reached the index: %v", err)
+	}
+	for range 2 {
+		if s := f.plugin.PreEnqueue(ctx, pod); s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != ErrReasonSeatNotReleased {
+			t.Fatalf("PreEnqueue with the seat bound to its host = %v, want it held back", s)
+		}
+	}
+	if len(scheduled) != 1 || scheduled[0] != seatReleaseWait-time.Second {
+		t.Errorf("requeues scheduled %v, want one after %v", scheduled, seatReleaseWait-time.Second)
+	}
+	other := st.MakePod().Namespace("shop").Name("web-1").Node("i-0abc").Obj()
+	if got, err := f.plugin.isSchedulableAfterSeatDelete(logger, pod, other, nil); err != nil || got != fwk.QueueSkip {
+		t.Errorf("hint for another Pod's deletion = %v, %v; want QueueSkip", got, err)
+	}
+	if got, err := f.plugin.isSchedulableAfterSeatDelete(logger, pod, seat, nil); err != nil || got != fwk.Queue {
+		t.Errorf("hint for its seat's deletion = %v, %v; want Queue", got, err)
+	}
+	if err := f.client.CoreV1().Pods(seat.Namespace).Delete(ctx, seat.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return f.plugin.PreEnqueue(ctx, pod).IsSuccess(), nil
+	}); err != nil {
+		t.Errorf("PreEnqueue after the seat's deletion never let the Pod go: %v", err)
+	}
+	if s := f.plugin.PreEnqueue(ctx, protectedPod("plain").Obj()); !s.IsSuccess() {
+		t.Errorf("PreEnqueue for a Pod without a seat host = %v, want success", s)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
@@ -144,6 +145,33 @@ func TestPlacement(t *testing.T) {
 		createPods(t, client, makePod(ns, "web-0", protected, preferSpot, ownedBy("ReplicaSet", "web", "uid-web")))
 		if node := waitBound(t, client, ns, 6)["web-0"]; node != "lb-room" {
 			t.Errorf("protected pod without a seat bound to %s, want lb-room", node)
+		}
+	})
+
+	t.Run("a pod with a seat waits for its seat's release, then takes the seat's room", func(t *testing.T) {
+		ns := createNamespace(t, client, "release")
+		// The seat still holds the room on held-node when its Pod is re-created (the controller
+		// deletes it a moment later): held-node looks full, spare-node is empty. Without the
+		// wait the Pod binds to spare-node at once — and there pulls its images again, down.
+		createNodes(t, client,
+			nodeSpec{name: "held-node", labels: spotLabels("m5.large", "us-east-1a")},
+			nodeSpec{name: "spare-node", labels: spotLabels("m5.large", "us-east-1a")},
+		)
+		seat := makePod(ns, "lifeboat-seat-db-0", boundTo("held-node"), requests("900m"))
+		seat.Labels[v1alpha1.LabelSeat] = "true"
+		seat.Annotations = map[string]string{v1alpha1.AnnotationSeatFor: ns + "/db-0"}
+		createPods(t, client, makePod(ns, "resident", boundTo("held-node"), requests("3")), seat)
+		waitBound(t, client, ns, 2)
+		createPods(t, client, makePod(ns, "db-0", protected, seatHost("held-node"), requests("900m"), ownedBy("StatefulSet", "db", "uid-db")))
+		time.Sleep(2 * time.Second) // well inside the wait (5 s from the Pod's creation)
+		if p := must(client.CoreV1().Pods(ns).Get(context.Background(), "db-0", metav1.GetOptions{})); p.Spec.NodeName != "" {
+			t.Fatalf("pod bound to %s while its seat still held its room on held-node", p.Spec.NodeName)
+		}
+		if err := client.CoreV1().Pods(ns).Delete(context.Background(), seat.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		if node := waitBound(t, client, ns, 2)["db-0"]; node != "held-node" {
+			t.Errorf("pod bound to %s after its seat's release, want held-node", node)
 		}
 	})
 
