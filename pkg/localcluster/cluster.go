@@ -12,7 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -334,36 +334,6 @@ func checkBinaries(opts Options) error {
 			opts.BinDir, strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	// Hold all listeners open until every port is chosen, so the kernel gives n distinct ones.
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func (c *Cluster) startEtcdAndAPIServer(ctx context.Context) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -396,9 +397,36 @@ func (e *env) startScheduler(ctx context.Context) error {
 			"--authorization-kubeconfig=" + e.c.KubeconfigPath(),
 			"--bind-address=127.0.0.1",
 			fmt.Sprintf("--secure-port=%d", ports[0]),
+			"-v=3", // each scheduling attempt and the plugin's narrowing: logLinesAbout
 		},
 		healthURL: fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])}
 	return e.scheduler.start(ctx)
+}
+
+// logLinesAbout returns the lines of Lifeboat's component logs (scheduler, controller, webhook)
+// that mention s, each prefixed with its component, at most max per component (the last ones).
+func (e *env) logLinesAbout(s string, max int) string {
+	var b strings.Builder
+	for _, name := range []string{"lifeboat-scheduler", "lifeboat-controller", "lifeboat-webhook"} {
+		raw, err := os.ReadFile(filepath.Join(e.c.RunDir(), name+".log"))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", name, err)
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(raw), "\n") {
+			if strings.Contains(l, s) {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > max {
+			lines = lines[len(lines)-max:]
+		}
+		for _, l := range lines {
+			fmt.Fprintf(&b, "%s| %s\n", name, l)
+		}
+	}
+	return b.String()
 }
 
 // bridgeFlags are the controller's bridge flags of a test. The notice is shortened (AWS: 120 s)

@@ -3,7 +3,9 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +43,9 @@ type podHistory struct {
 	// says how one did not, "" when all did.
 	paired   int
 	unpaired string
+	// steps is the Pod's timeline (first seen, bound, Ready, evicted, deleting, gone), for a
+	// failing test's log.
+	steps []string
 }
 
 // recorder watches Pods and keeps every Pod's history. Watch events of one object arrive in
@@ -100,14 +105,22 @@ func (r *recorder) observe(typ watch.EventType, p *corev1.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := r.pods[p.UID]
+	step := func(format string, args ...any) {
+		h.steps = append(h.steps, now.Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+	}
 	if h == nil {
 		h = &podHistory{name: p.Name}
 		r.pods[p.UID] = h
+		step("seen (created %s, seat host %q, scheduler %q)", p.CreationTimestamp.Format("15:04:05"), p.Labels[v1alpha1.LabelSeatHost], p.Spec.SchedulerName)
 	}
 	if p.Spec.NodeName != "" {
+		if h.node == "" {
+			step("bound to %s", p.Spec.NodeName)
+		}
 		h.node = p.Spec.NodeName
 		if h.readyOn == "" && nodeutil.PodReady(p) {
 			h.readyOn = p.Spec.NodeName
+			step("Ready on %s", p.Spec.NodeName)
 		}
 	}
 	hold := p.Annotations[v1alpha1.AnnotationEvictionHold]
@@ -123,13 +136,16 @@ func (r *recorder) observe(typ watch.EventType, p *corev1.Pod) {
 	}
 	if !h.evicted && evictedByAPI(p) {
 		h.evicted, h.holdAtEviction, h.evictedAt = true, hold, now
+		step("evicted (hold %q)", hold)
 	}
 	if !h.deleting && p.DeletionTimestamp != nil {
 		h.deleting, h.holdAtDeletion = true, hold
 		h.deletingRV, _ = strconv.ParseInt(p.ResourceVersion, 10, 64)
+		step("deleting (hold %q, phase %s)", hold, p.Status.Phase)
 	}
-	if typ == watch.Deleted {
+	if typ == watch.Deleted && !h.gone {
 		h.gone = true
+		step("gone")
 	}
 }
 
@@ -168,6 +184,7 @@ func (r *recorder) history(uid types.UID) podHistory {
 	if h := r.pods[uid]; h != nil {
 		c := *h
 		c.holds = append([]string(nil), h.holds...)
+		c.steps = append([]string(nil), h.steps...)
 		return c
 	}
 	return podHistory{}
@@ -186,6 +203,31 @@ func (r *recorder) all() map[types.UID]podHistory {
 		out[uid] = r.history(uid)
 	}
 	return out
+}
+
+// timeline is every recorded Pod's steps, grouped by Pod name and ordered by the first step,
+// for a failing test's log.
+func (r *recorder) timeline() string {
+	type entry struct{ name, first, body string }
+	var entries []entry
+	for uid, h := range r.all() {
+		first := ""
+		if len(h.steps) > 0 {
+			first = h.steps[0]
+		}
+		entries = append(entries, entry{h.name, first, fmt.Sprintf("  %s (%s):\n    %s", h.name, uid, strings.Join(h.steps, "\n    "))})
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].name != entries[j].name {
+			return entries[i].name < entries[j].name
+		}
+		return entries[i].first < entries[j].first
+	})
+	var b strings.Builder
+	for _, e := range entries {
+		b.WriteString(e.body + "\n")
+	}
+	return b.String()
 }
 
 // holdViolation says what is wrong with an old Pod's end, "" if nothing: its eviction or

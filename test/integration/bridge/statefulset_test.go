@@ -147,6 +147,12 @@ func (e *env) startStatefulSetRound(t *testing.T, flags bridgeFlags, prefix stri
 	r.handoffSeats = e.watchHandoffSeats(t)
 	r.rec = e.recordPods(t, r.ns, r.w.selector())
 	r.ready = e.sampleReady(t, r.ns, r.w.selector())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the Pods' timelines:\n%s", r.rec.timeline())
+			t.Logf("Lifeboat's log lines about namespace %s:\n%s", r.ns, e.logLinesAbout(r.ns, 400))
+		}
+	})
 	time.Sleep(300 * time.Millisecond) // the instance-ID annotation reaches the controller's cache
 	return r
 }

@@ -1,0 +1,82 @@
+package localcluster
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Ports for the components. A port is picked, closed and passed to a child process that binds
+// it later; in that window another process may take it. The kernel hands out ports of its
+// ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 on Linux by default) both for
+// listen(":0") and for the client side of every outgoing connection, and a test run opens
+// thousands (components talking to the API server): a port picked with ":0" can be taken by a
+// connection before the component binds it ("bind: address already in use", seen in CI). Ports
+// are therefore picked at random below that range, where the kernel never assigns one by itself;
+// each is checked free by listening on it until all n are chosen.
+
+// listenRange is where ports are picked: [lo, hi].
+type listenRange struct{ lo, hi int }
+
+// defaultListenRange is used when the ephemeral range cannot be read or leaves no room below it.
+var defaultListenRange = listenRange{lo: 20000, hi: 32767}
+
+// listenRangeBelow returns the ports below the kernel's ephemeral range (from the text of
+// /proc/sys/net/ipv4/ip_local_port_range, "low high"), starting at 10000; the default when the
+// text does not parse or fewer than 1,000 ports are left. Pure.
+func listenRangeBelow(ephemeral string) listenRange {
+	f := strings.Fields(ephemeral)
+	if len(f) != 2 {
+		return defaultListenRange
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low-1 < 10000+1000 {
+		return defaultListenRange
+	}
+	return listenRange{lo: 10000, hi: low - 1}
+}
+
+func (r listenRange) String() string { return fmt.Sprintf("%d-%d", r.lo, r.hi) }
+
+func freePorts(n int) ([]int, error) {
+	raw, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	return pickPorts(listenRangeBelow(string(raw)), n, rand.IntN)
+}
+
+// pickPorts chooses n distinct ports of r that are free now (each is listened on until all are
+// chosen), trying random ones (intn) at most 50 times per port.
+func pickPorts(r listenRange, n int, intn func(int) int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		var l net.Listener
+		var err error
+		for try := 0; try < 50 && l == nil; try++ {
+			port := r.lo + intn(r.hi-r.lo+1)
+			l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		}
+		if l == nil {
+			return nil, fmt.Errorf("no free loopback port in %s after 50 tries (last: %v)", r, err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// freePort picks one free loopback port (freePorts).
+func freePort() (int, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
