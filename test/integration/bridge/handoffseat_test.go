@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
 	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/handoff"
@@ -25,8 +26,11 @@ type seenSeat struct {
 	madeFor, lifeboat string
 }
 
-// handoffSeatWatch polls the handoff's seats (placeholder Pods in Lifeboat's namespace): they
-// live for the lifeboat's active time, and are deleted at the eviction they make room for.
+// handoffSeatWatch watches the handoff's seats (placeholder Pods in Lifeboat's namespace): they
+// live for the lifeboat's active time, and are deleted at the eviction they make room for. A
+// watch, not a poll: a seat adopted by a lifeboat and used by the handoff within a few hundred
+// milliseconds (the seat's node already up) must still be seen adopted (a 200 ms poll missed it
+// once under CI load).
 type handoffSeatWatch struct {
 	mu     sync.Mutex
 	seats  map[string]seenSeat // by seat name
@@ -38,40 +42,60 @@ func (e *env) watchHandoffSeats(t *testing.T) *handoffSeatWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &handoffSeatWatch{seats: map[string]seenSeat{}, cancel: cancel, done: make(chan struct{})}
+	sel := metav1.ListOptions{LabelSelector: v1alpha1.LabelSeat + "=true"}
+	list, err := e.kube.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, sel)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		w.observe(&list.Items[i])
+	}
+	rv := list.ResourceVersion
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			list, err := e.kube.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelSeat + "=true"})
-			if err == nil {
-				w.mu.Lock()
-				for _, p := range list.Items {
-					s := w.seats[p.Name]
-					if s.madeFor == "" {
-						s.madeFor = p.Annotations[v1alpha1.AnnotationSeatNode]
-					}
-					s.lifeboat = p.Annotations[v1alpha1.AnnotationSeatNode]
-					if p.Spec.NodeName == "" {
-						w.seats[p.Name] = s
-						continue
-					}
-					s.node, s.prePulls = p.Spec.NodeName, nil
-					for _, v := range p.Spec.Volumes {
-						if v.Image != nil {
-							s.prePulls = append(s.prePulls, v.Image.Reference)
-						}
-					}
-					w.seats[p.Name] = s
-				}
-				w.mu.Unlock()
+			opts := sel
+			opts.ResourceVersion, opts.AllowWatchBookmarks = rv, true
+			wt, err := e.kube.CoreV1().Pods(v1alpha1.DefaultNamespace).Watch(ctx, opts)
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
+			for ev := range wt.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				rv = p.ResourceVersion
+				if ev.Type != watch.Bookmark {
+					w.observe(p)
+				}
 			}
 		}
 	}()
 	t.Cleanup(w.stop)
 	return w
+}
+
+// observe records a seat as last seen.
+func (w *handoffSeatWatch) observe(p *corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.seats[p.Name]
+	if s.madeFor == "" {
+		s.madeFor = p.Annotations[v1alpha1.AnnotationSeatNode]
+	}
+	s.lifeboat = p.Annotations[v1alpha1.AnnotationSeatNode]
+	if p.Spec.NodeName != "" {
+		s.node, s.prePulls = p.Spec.NodeName, nil
+		for _, v := range p.Spec.Volumes {
+			if v.Image != nil {
+				s.prePulls = append(s.prePulls, v.Image.Reference)
+			}
+		}
+	}
+	w.seats[p.Name] = s
 }
 
 func (w *handoffSeatWatch) stop() {
