@@ -45,10 +45,12 @@ func TestStatefulSetMovesOneAtATime(t *testing.T) {
 	killed := e.waitGoneBy(t, ns, old, t0.Add(statefulSetFlags.notice))
 	// Every replica comes back Ready under its name (a new Pod), at least one of them on a
 	// lifeboat. Read from the Pods' histories: the lifeboat may hand off right after the last
-	// move (the pool's activeDuration is 30 s) and move them on again. In 2 of 4 runs on
-	// 2026-12-02 one of the five new Pods was bound to a Karpenter node instead of the Ready
-	// lifeboat (cause not found yet; docs/BENCHMARKS.md, issue 13): availability is checked
-	// below (never two down, none killed), where each replica went is logged.
+	// move (the pool's activeDuration is 30 s) and move them on to their seats — even one not
+	// Ready on the lifeboat yet (its seat's node is up; the replica is down either way, and the
+	// PDB lets an unready Pod go), which is then seen Ready only on Karpenter's node. In 2 of 4
+	// runs on 2026-12-02 one of the five was (put down then to a bind elsewhere; cause not
+	// found): availability is checked below (never two down, none killed), where each replica
+	// went is logged.
 	oldUIDs := map[types.UID]bool{}
 	for _, p := range old {
 		oldUIDs[p.UID] = true
