@@ -190,10 +190,13 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 			errs = append(errs, err)
 		}
 	}
+	recordedFirst := false
 	for _, p := range plan.SeatMove {
-		if err := c.moveToSeat(ctx, n, p, s.SeatHosts[p.UID], s.Lifeboats); err != nil {
+		moved, err := c.moveToSeat(ctx, n, p, s.SeatHosts[p.UID], s.Lifeboats)
+		if err != nil {
 			errs = append(errs, err)
 		}
+		recordedFirst = recordedFirst || (err == nil && !moved)
 	}
 	if err := c.ensureSeats(ctx, n, plan.Seat); err != nil {
 		// Seats only save time: the bridge goes on without them.
@@ -207,6 +210,10 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 	}
 	if err := errors.Join(errs...); err != nil {
 		return reconcile.Result{}, err
+	}
+	if recordedFirst {
+		// A straight move's seat was recorded in this pass: the eviction comes in the next one.
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	if plan.Busy {
 		return reconcile.Result{RequeueAfter: c.opts.Poll}, nil
@@ -527,38 +534,45 @@ func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod, se
 	}
 }
 
-// moveToSeat moves a held StatefulSet Pod straight to the node of its seat (host): it records
-// the seat on a lifeboat Node (AnnotationBridgeSeats; the webhook reads every pool Node's
-// record and gives the Pod re-created under that name a preference for host, leaving it to the
-// default scheduler), evicts the Pod (move), and deletes the seat so that its room is the
-// replacement's. Without a lifeboat Node to record on, the Pod stays held.
-func (c *Controller) moveToSeat(ctx context.Context, n *corev1.Node, p *corev1.Pod, host string, lifeboats []*corev1.Node) error {
+// moveToSeat moves a held StatefulSet Pod straight to the node of its seat (host), in two
+// passes. First it records the seat on a lifeboat Node (AnnotationBridgeSeats; the webhook
+// reads every pool Node's record and gives the Pod re-created under that name its seat's host,
+// lifeboat-scheduler then binds it there) and returns moved false. A later pass whose cached
+// lifeboat Node already carries that record evicts the Pod (move) and deletes the seat so that
+// its room is the replacement's. Evicting in the pass that writes the record would race the
+// webhook's cache: the StatefulSet re-creates the Pod as soon as the old one is gone, and a
+// replacement admitted before the webhook sees the record would go to a lifeboat and move
+// twice (the handoff's seat moves wait for their record the same way). Without a lifeboat Node
+// to record on, the Pod stays held.
+func (c *Controller) moveToSeat(ctx context.Context, n *corev1.Node, p *corev1.Pod, host string, lifeboats []*corev1.Node) (moved bool, err error) {
 	if len(lifeboats) == 0 {
-		return nil
+		return false, nil
 	}
 	boat := slices.MinFunc(lifeboats, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	if err := c.recordSeat(ctx, boat, p.Namespace+"/"+p.Name, host); err != nil {
-		return err
+	written, err := c.recordSeat(ctx, boat, p.Namespace+"/"+p.Name, host)
+	if err != nil || written {
+		return false, err
 	}
-	return c.move(ctx, n, p, host)
+	return true, c.move(ctx, n, p, host)
 }
 
 // recordSeat adds key → host to the lifeboat Node's AnnotationBridgeSeats (policy.SeatRecord,
 // older entries dropped), with an optimistic lock: the cached Node may not show this process's
-// last record yet, and a patch from it would drop that entry.
-func (c *Controller) recordSeat(ctx context.Context, boat *corev1.Node, key, host string) error {
+// last record yet, and a patch from it would drop that entry. written is false when the Node
+// carried the entry already.
+func (c *Controller) recordSeat(ctx context.Context, boat *corev1.Node, key, host string) (written bool, err error) {
 	current, err := policy.ParseSeatRecord(boat.Annotations[v1alpha1.AnnotationBridgeSeats])
 	if err != nil {
 		current = policy.SeatRecord{} // rewritten whole
 	}
 	rec, changed := current.With(map[string]string{key: host}, c.clock.Now())
 	if !changed {
-		return nil
+		return false, nil
 	}
 	if err := c.writeBridgeSeats(ctx, boat, rec); err != nil {
-		return fmt.Errorf("record the seat of %s on lifeboat %s: %w", key, boat.Name, err)
+		return false, fmt.Errorf("record the seat of %s on lifeboat %s: %w", key, boat.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // writeBridgeSeats patches boat's AnnotationBridgeSeats to rec under an optimistic lock (boat

@@ -765,8 +765,8 @@ func heldSingleReplica() (*corev1.Pod, *appsv1.StatefulSet) {
 // TestHeldStatefulSetPodMovesStraightToItsSeat: a held StatefulSet Pod whose seat (made at the
 // hold) already holds room on a Ready node moves there at once — no lifeboat Ready needed —
 // instead of to a lifeboat and on again at the handoff: the seat's host is recorded on a
-// lifeboat Node (AnnotationBridgeSeats, read by the webhook), the Pod evicted, the seat deleted
-// (its room is the replacement's). A seat on a node not Ready yet, on a node of the capacity
+// lifeboat Node (AnnotationBridgeSeats, read by the webhook), then, on the next pass, the Pod
+// evicted and the seat deleted (its room is the replacement's). A seat on a node not Ready yet, on a node of the capacity
 // pool being reclaimed, or not Ready itself (pulling the images) moves nothing.
 func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	db, sts := heldSingleReplica()
@@ -802,16 +802,11 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 		t.Fatalf("db-0 moved to a seat that is not Ready (its images not pulled yet)")
 	}
 
+	// The move: the seat's host recorded on a lifeboat Node in one pass (the webhook must see
+	// it before the Pod is re-created), the eviction in the next, soon after.
 	h = newHarness(t, interruptedNode("spot-1", "lb-1"), poolNode("lb-1", "spot-1", false, "8"), sts, db, seat, seatNode(true))
 	h.ctrl.Seats = &spec
-	h.reconcileNode(t, "spot-1")
-	if _, ok := h.pod(t, "db-0"); ok {
-		t.Errorf("db-0 still there: want moved straight to its seat's node")
-	}
-	err := h.c.Get(context.Background(), client.ObjectKeyFromObject(seat), &corev1.Pod{})
-	if !apierrors.IsNotFound(err) {
-		t.Errorf("the seat after the move: %v, want deleted (its room is the replacement's)", err)
-	}
+	res := h.reconcileNode(t, "spot-1")
 	boat := &corev1.Node{}
 	if err := h.c.Get(context.Background(), client.ObjectKey{Name: "lb-1"}, boat); err != nil {
 		t.Fatal(err)
@@ -822,6 +817,20 @@ func TestHeldStatefulSetPodMovesStraightToItsSeat(t *testing.T) {
 	}
 	if got := rec.Host("app/db-0", h.clk.Now()); got != "fast-7" {
 		t.Errorf("recorded seat host %q for app/db-0 on lb-1 (%q), want fast-7", got, boat.Annotations[v1alpha1.AnnotationBridgeSeats])
+	}
+	if _, ok := h.pod(t, "db-0"); !ok {
+		t.Errorf("db-0 evicted in the pass that recorded its seat: the webhook may not have seen the record yet")
+	}
+	if res.RequeueAfter != conflictRetry {
+		t.Errorf("the recording pass requeues after %s, want %s (the eviction follows soon)", res.RequeueAfter, conflictRetry)
+	}
+	h.reconcileNode(t, "spot-1")
+	if _, ok := h.pod(t, "db-0"); ok {
+		t.Errorf("db-0 still there after the pass that found its seat recorded: want moved straight to its seat's node")
+	}
+	err = h.c.Get(context.Background(), client.ObjectKeyFromObject(seat), &corev1.Pod{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the seat after the move: %v, want deleted (its room is the replacement's)", err)
 	}
 	if evs := strings.Join(h.events(), "\n"); !strings.Contains(evs, "straight to its seat's node fast-7") {
 		t.Errorf("events %q: want a move straight to the seat's node", evs)
