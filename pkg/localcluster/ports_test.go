@@ -71,4 +71,3 @@ func TestPickPorts(t *testing.T) {
 		t.Errorf("a range whose only port is taken: error %v, want one naming %d", err, busy)
 	}
 }
-
