@@ -192,11 +192,11 @@ func (c *Controller) ReconcileNode(ctx context.Context, req reconcile.Request) (
 	}
 	recordedFirst := false
 	for _, p := range plan.SeatMove {
-		moved, err := c.moveToSeat(ctx, n, p, s.SeatHosts[p.UID], s.Lifeboats)
+		recorded, err := c.moveToSeat(ctx, n, p, s.SeatHosts[p.UID], s.Lifeboats)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		recordedFirst = recordedFirst || (err == nil && !moved)
+		recordedFirst = recordedFirst || recorded
 	}
 	if err := c.ensureSeats(ctx, n, plan.Seat); err != nil {
 		// Seats only save time: the bridge goes on without them.
@@ -537,23 +537,22 @@ func (c *Controller) move(ctx context.Context, n *corev1.Node, p *corev1.Pod, se
 // moveToSeat moves a held StatefulSet Pod straight to the node of its seat (host), in two
 // passes. First it records the seat on a lifeboat Node (AnnotationBridgeSeats; the webhook
 // reads every pool Node's record and gives the Pod re-created under that name its seat's host,
-// lifeboat-scheduler then binds it there) and returns moved false. A later pass whose cached
+// lifeboat-scheduler then binds it there) and returns recorded true. A later pass whose cached
 // lifeboat Node already carries that record evicts the Pod (move) and deletes the seat so that
 // its room is the replacement's. Evicting in the pass that writes the record would race the
 // webhook's cache: the StatefulSet re-creates the Pod as soon as the old one is gone, and a
 // replacement admitted before the webhook sees the record would go to a lifeboat and move
 // twice (the handoff's seat moves wait for their record the same way). Without a lifeboat Node
 // to record on, the Pod stays held.
-func (c *Controller) moveToSeat(ctx context.Context, n *corev1.Node, p *corev1.Pod, host string, lifeboats []*corev1.Node) (moved bool, err error) {
+func (c *Controller) moveToSeat(ctx context.Context, n *corev1.Node, p *corev1.Pod, host string, lifeboats []*corev1.Node) (recorded bool, err error) {
 	if len(lifeboats) == 0 {
 		return false, nil
 	}
 	boat := slices.MinFunc(lifeboats, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	written, err := c.recordSeat(ctx, boat, p.Namespace+"/"+p.Name, host)
-	if err != nil || written {
-		return false, err
+	if recorded, err = c.recordSeat(ctx, boat, p.Namespace+"/"+p.Name, host); err != nil || recorded {
+		return recorded, err
 	}
-	return true, c.move(ctx, n, p, host)
+	return false, c.move(ctx, n, p, host)
 }
 
 // recordSeat adds key → host to the lifeboat Node's AnnotationBridgeSeats (policy.SeatRecord,
