@@ -41,45 +41,14 @@ type handoffSeatWatch struct {
 func (e *env) watchHandoffSeats(t *testing.T) *handoffSeatWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &handoffSeatWatch{seats: map[string]seenSeat{}, cancel: cancel, done: make(chan struct{})}
-	sel := metav1.ListOptions{LabelSelector: v1alpha1.LabelSeat + "=true"}
-	list, err := e.kube.CoreV1().Pods(v1alpha1.DefaultNamespace).List(ctx, sel)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	for i := range list.Items {
-		w.observe(&list.Items[i])
-	}
-	rv := list.ResourceVersion
-	go func() {
-		defer close(w.done)
-		for ctx.Err() == nil {
-			opts := sel
-			opts.ResourceVersion, opts.AllowWatchBookmarks = rv, true
-			wt, err := e.kube.CoreV1().Pods(v1alpha1.DefaultNamespace).Watch(ctx, opts)
-			if err != nil {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			for ev := range wt.ResultChan() {
-				p, ok := ev.Object.(*corev1.Pod)
-				if !ok {
-					continue
-				}
-				rv = p.ResourceVersion
-				if ev.Type != watch.Bookmark {
-					w.observe(p)
-				}
-			}
-		}
-	}()
+	w := &handoffSeatWatch{seats: map[string]seenSeat{}, cancel: cancel}
+	w.done = e.watchPods(ctx, t, v1alpha1.DefaultNamespace, v1alpha1.LabelSeat+"=true", w.observe)
 	t.Cleanup(w.stop)
 	return w
 }
 
 // observe records a seat as last seen.
-func (w *handoffSeatWatch) observe(p *corev1.Pod) {
+func (w *handoffSeatWatch) observe(_ watch.EventType, p *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.seats[p.Name]

@@ -62,17 +62,29 @@ type recorder struct {
 func (e *env) recordPods(t *testing.T, ns, selector string) *recorder {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &recorder{pods: map[types.UID]*podHistory{}, cancel: cancel, done: make(chan struct{})}
+	r := &recorder{pods: map[types.UID]*podHistory{}, cancel: cancel}
+	r.done = e.watchPods(ctx, t, ns, selector, r.observe)
+	t.Cleanup(r.stop)
+	return r
+}
+
+// watchPods lists the Pods of ns matching selector, hands each to observe (as Added), then
+// watches from the list's resourceVersion, re-watching after a closed watch, and hands every
+// event's Pod to observe in the order of its writes, until ctx ends; the returned channel
+// closes then. A failed list fails the test.
+func (e *env) watchPods(ctx context.Context, t *testing.T, ns, selector string, observe func(watch.EventType, *corev1.Pod)) chan struct{} {
+	t.Helper()
 	list, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range list.Items {
-		r.observe(watch.Added, &list.Items[i])
+		observe(watch.Added, &list.Items[i])
 	}
 	rv := list.ResourceVersion
+	done := make(chan struct{})
 	go func() {
-		defer close(r.done)
+		defer close(done)
 		for ctx.Err() == nil {
 			w, err := e.kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, AllowWatchBookmarks: true})
 			if err != nil {
@@ -86,13 +98,12 @@ func (e *env) recordPods(t *testing.T, ns, selector string) *recorder {
 				}
 				rv = p.ResourceVersion
 				if ev.Type != watch.Bookmark {
-					r.observe(ev.Type, p)
+					observe(ev.Type, p)
 				}
 			}
 		}
 	}()
-	t.Cleanup(r.stop)
-	return r
+	return done
 }
 
 func (r *recorder) stop() {
