@@ -59,7 +59,9 @@ const (
 
 // DelayRule gives a delay to Nodes whose labels match Selector (all key/values). Rules are
 // evaluated in order; the first match wins; no match means no delay. Jitter spreads the delay
-// uniformly over Delay ± Jitter, deterministically per object name and DelaySeed.
+// uniformly over Delay ± Jitter, deterministically per DelaySeed and draw: the i-th Pod of a
+// workload to start, the i-th Node of a Karpenter NodePool to boot (drawKeys), so two runs of
+// one scenario draw the same delays for the same events whatever names their objects got.
 type DelayRule struct {
 	Selector map[string]string
 	// PodSelector (PodStartDelays only): the rule matches only a Pod whose labels match it
@@ -72,7 +74,7 @@ type DelayRule struct {
 	Jitter       time.Duration
 }
 
-func matchDelay(rules []DelayRule, nodeLabels, podLabels map[string]string, cached bool, seed int64, name string) time.Duration {
+func matchDelay(rules []DelayRule, nodeLabels, podLabels map[string]string, cached bool, seed int64, draw string) time.Duration {
 	for _, r := range rules {
 		if r.ImagesCached && !cached {
 			continue
@@ -81,19 +83,19 @@ func matchDelay(rules []DelayRule, nodeLabels, podLabels map[string]string, cach
 			continue
 		}
 		if labels.SelectorFromSet(r.Selector).Matches(labels.Set(nodeLabels)) {
-			return r.Delay + jitter(r.Jitter, seed, name)
+			return r.Delay + jitter(r.Jitter, seed, draw)
 		}
 	}
 	return 0
 }
 
-// jitter is a deterministic value in [-j, +j] for (seed, name).
-func jitter(j time.Duration, seed int64, name string) time.Duration {
+// jitter is a deterministic value in [-j, +j] for (seed, draw).
+func jitter(j time.Duration, seed int64, draw string) time.Duration {
 	if j <= 0 {
 		return 0
 	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%s", seed, name)
+	fmt.Fprintf(h, "%d/%s", seed, draw)
 	u := float64(h.Sum64()%1_000_000) / 1_000_000 // [0,1)
 	return time.Duration((2*u - 1) * float64(j))
 }
@@ -461,6 +463,8 @@ type delayController struct {
 	// pulls is when each image is on each Node ("node\x00image"): the start of the first Pod
 	// that pulled it there. Only the Pod goroutine uses it.
 	pulls map[string]time.Time
+	// podDraws and nodeDraws key the jitter of each delay (see drawKeys); one per goroutine.
+	podDraws, nodeDraws drawKeys
 }
 
 func (d *delayController) run(ctx context.Context) error {
@@ -551,8 +555,13 @@ func (d *delayController) annotateNode(ctx context.Context, name string) error {
 	if n.Annotations[AnnotationReadyAt] != "" {
 		return nil
 	}
-	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, nil, false, d.seed, n.Name))
-	return patchAnnotation(ctx, d.client.CoreV1().Nodes().Patch, "", name, AnnotationReadyAt, readyAt)
+	readyAt := n.CreationTimestamp.Add(matchDelay(d.nodeRules, n.Labels, nil, false, d.seed, d.nodeDraws.nodeKey(n)))
+	err = patchAnnotation(ctx, d.client.CoreV1().Nodes().Patch, "", name, AnnotationReadyAt, readyAt)
+	if err == nil || apierrors.IsNotFound(err) {
+		d.nodeDraws.done(n.UID)
+		return nil
+	}
+	return err
 }
 
 func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedName) error {
@@ -587,8 +596,11 @@ func (d *delayController) annotatePod(ctx context.Context, key types.NamespacedN
 		d.pulls = map[string]time.Time{}
 	}
 	images := PodImages(pod)
-	startAt := startTime(d.podRules, n, pod.Labels, images, d.pulls, from, d.seed, key.Name)
+	startAt := startTime(d.podRules, n, pod.Labels, images, d.pulls, from, d.seed, d.podDraws.podKey(pod))
 	err = patchAnnotation(ctx, d.client.CoreV1().Pods(key.Namespace).Patch, key.Namespace, key.Name, AnnotationStartAt, startAt)
+	if err == nil || apierrors.IsNotFound(err) {
+		d.podDraws.done(pod.UID)
+	}
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -672,7 +684,7 @@ func nodeImages(n *corev1.Node) map[string]bool {
 // Node: listed in node.status.images, or pulled by an earlier Pod (pulls: when that pull
 // ends) — then the Pod also waits for the latest of those pulls, as a kubelet shares one pull
 // among the Pods that need the image.
-func startTime(rules []DelayRule, n *corev1.Node, podLabels map[string]string, images []string, pulls map[string]time.Time, from time.Time, seed int64, name string) time.Time {
+func startTime(rules []DelayRule, n *corev1.Node, podLabels map[string]string, images []string, pulls map[string]time.Time, from time.Time, seed int64, draw string) time.Time {
 	listed := nodeImages(n)
 	cached, pulledAt := true, time.Time{}
 	for _, img := range images {
@@ -689,7 +701,7 @@ func startTime(rules []DelayRule, n *corev1.Node, podLabels map[string]string, i
 	if cached && pulledAt.After(from) {
 		from = pulledAt
 	}
-	return from.Add(matchDelay(rules, n.Labels, podLabels, cached, seed, name))
+	return from.Add(matchDelay(rules, n.Labels, podLabels, cached, seed, draw))
 }
 
 // recordPulls notes that a Pod starting at startAt on Node n brings its images there: those
