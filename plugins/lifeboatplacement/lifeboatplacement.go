@@ -86,10 +86,12 @@ type LifeboatPlacement struct {
 	widenMu sync.Mutex
 	widen   map[types.UID]time.Time
 	// seats indexes the seats by the Pod they keep room for (seatForIndex); seatWaits are the
-	// Pods held back for their seat's release, with the end of the wait (seat.go).
-	seats      cache.Indexer
-	seatWaitMu sync.Mutex
-	seatWaits  map[types.UID]time.Time
+	// Pods held back for their seat's release, with the end of the wait, at most
+	// seatReleaseWait after the Pod's creation (seat.go).
+	seats           cache.Indexer
+	seatReleaseWait time.Duration
+	seatWaitMu      sync.Mutex
+	seatWaits       map[types.UID]time.Time
 }
 
 var (
@@ -124,6 +126,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		reclaimed:                      newReclaimedPools(),
 		waitSeats:                      newWaitSeats(),
 		reclaimedPoolWait:              args.ReclaimedPoolWait.Duration,
+		seatReleaseWait:                args.SeatReleaseWait.Duration,
 		afterFunc:                      func(d time.Duration, f func()) { time.AfterFunc(d, f) },
 		widen:                          map[types.UID]time.Time{},
 		seatWaits:                      map[types.UID]time.Time{},

@@ -77,12 +77,9 @@ func (pl *LifeboatPlacement) canTakeSeated(logger klog.Logger, needs *podNeeds, 
 // 10 s down instead of 3 s). PreEnqueue therefore holds a Pod with a seat host back while a
 // seat made for it is still bound to that host; the seat's deletion, seen by the scheduler's
 // cache first, requeues it at once (isSchedulableAfterSeatDelete: no back-off for a Pod that
-// was never attempted). A controller that never deletes the seat costs at most
-// seatReleaseWait, counted from the Pod's creation.
-
-// seatReleaseWait bounds how long a Pod waits for its seat's release before it is scheduled
-// anyway (then its seat's node looks full, and it goes elsewhere).
-const seatReleaseWait = 5 * time.Second
+// was never attempted). A controller that never deletes the seat costs at most the plugin's
+// seatReleaseWait (args.seatReleaseWait, default 5 s), counted from the Pod's creation; then
+// the Pod is scheduled anyway (its seat's node looks full, and it goes elsewhere).
 
 // ErrReasonSeatNotReleased is PreEnqueue's reason for a Pod whose seat still holds its room.
 const ErrReasonSeatNotReleased = "the pod's seat still holds its room on the seat's node; waiting for Lifeboat to release it"
@@ -105,9 +102,9 @@ func seatFor(obj interface{}) ([]string, error) {
 // SeatHeld says whether a Pod with a seat host must wait for its seat's release, and until
 // when: one of seats (those made for it) is still bound to a node whose hostname is host
 // (hostOf maps a node name to its kubernetes.io/hostname, "" when unknown), and the Pod was
-// created less than seatReleaseWait before now. Pure.
-func SeatHeld(pod *v1.Pod, host string, seats []*v1.Pod, hostOf func(node string) string, now time.Time) (time.Time, bool) {
-	until := pod.CreationTimestamp.Add(seatReleaseWait)
+// created less than wait before now. Pure.
+func SeatHeld(pod *v1.Pod, host string, seats []*v1.Pod, hostOf func(node string) string, wait time.Duration, now time.Time) (time.Time, bool) {
+	until := pod.CreationTimestamp.Add(wait)
 	if host == "" || !now.Before(until) {
 		return time.Time{}, false
 	}
@@ -143,7 +140,7 @@ func (pl *LifeboatPlacement) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.S
 		}
 		return hostname(n)
 	}
-	until, held := SeatHeld(pod, host, seats, hostOf, pl.clock.Now())
+	until, held := SeatHeld(pod, host, seats, hostOf, pl.seatReleaseWait, pl.clock.Now())
 	if !held {
 		return nil
 	}

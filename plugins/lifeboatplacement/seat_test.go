@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/lifeboat-k8s/lifeboat/internal/buildtest"
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	configv1 "github.com/lifeboat-k8s/lifeboat/plugins/apis/config/v1"
 )
 
 // seatedPod is a protected Pod whose seat kept room on host (the webhook's label).
@@ -162,30 +164,37 @@ func TestSeatHeld(t *testing.T) {
 	}
 	hosts := map[string]string{"i-0abc": "seat-host", "other": "other"}
 	hostOf := func(n string) string { return hosts[n] }
+	const wait = 5 * time.Second
 	tests := []struct {
 		name  string
 		pod   *v1.Pod
 		host  string
 		seats []*v1.Pod
 		want  bool
+		off   bool // seatReleaseWait 0s
 	}{
-		{"its seat is still on the seat's node", created(time.Second), "seat-host", []*v1.Pod{seatOn("i-0abc")}, true},
-		{"no seat left", created(time.Second), "seat-host", nil, false},
+		{"its seat is still on the seat's node", created(time.Second), "seat-host", []*v1.Pod{seatOn("i-0abc")}, true, false},
+		{"no seat left", created(time.Second), "seat-host", nil, false, false},
 		// A seat elsewhere (made again after an older move) does not hold the room it goes to.
-		{"its seat is on another node", created(time.Second), "seat-host", []*v1.Pod{seatOn("other")}, false},
-		{"its seat is not bound yet", created(time.Second), "seat-host", []*v1.Pod{seatOn("")}, false},
-		{"no seat host", created(time.Second), "", []*v1.Pod{seatOn("i-0abc")}, false},
+		{"its seat is on another node", created(time.Second), "seat-host", []*v1.Pod{seatOn("other")}, false, false},
+		{"its seat is not bound yet", created(time.Second), "seat-host", []*v1.Pod{seatOn("")}, false, false},
+		{"no seat host", created(time.Second), "", []*v1.Pod{seatOn("i-0abc")}, false, false},
 		// The controller never released it: the wait is over.
-		{"created seatReleaseWait ago", created(seatReleaseWait), "seat-host", []*v1.Pod{seatOn("i-0abc")}, false},
+		{"created the wait ago", created(wait), "seat-host", []*v1.Pod{seatOn("i-0abc")}, false, false},
+		{"the wait is off", created(0), "seat-host", []*v1.Pod{seatOn("i-0abc")}, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			until, got := SeatHeld(tt.pod, tt.host, tt.seats, hostOf, now)
+			w := wait
+			if tt.off {
+				w = 0
+			}
+			until, got := SeatHeld(tt.pod, tt.host, tt.seats, hostOf, w, now)
 			if got != tt.want {
 				t.Fatalf("SeatHeld = %v, want %v", got, tt.want)
 			}
-			if got && !until.Equal(tt.pod.CreationTimestamp.Add(seatReleaseWait)) {
-				t.Errorf("until = %v, want the Pod's creation + %v", until, seatReleaseWait)
+			if got && !until.Equal(tt.pod.CreationTimestamp.Add(wait)) {
+				t.Errorf("until = %v, want the Pod's creation + %v", until, wait)
 			}
 		})
 	}
@@ -196,31 +205,14 @@ func TestSeatHeld(t *testing.T) {
 // requeues it (the queueing hint), another Pod's deletion does not; without the seat it goes.
 func TestPreEnqueueWaitsForTheSeat(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
-	f := newTestFramework(t, nil, []*v1.Node{withHostname(bigNode("i-0abc"), "seat-host")}, nil)
-	now := time.Now()
-	f.plugin.clock = testingclock.NewFakePassiveClock(now)
-	var scheduled []time.Duration
-	f.plugin.afterFunc = func(d time.Duration, _ func()) { scheduled = append(scheduled, d) }
-	pod := seatedPod("db-0", "seat-host").Namespace("shop").Obj()
-	pod.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
-	seat := st.MakePod().Namespace("lifeboat-system").Name("lifeboat-seat-1").Node("i-0abc").
-		Label(v1alpha1.LabelSeat, "true").Annotation(v1alpha1.AnnotationSeatFor, "shop/db-0").Obj()
-	if _, err := f.client.CoreV1().Pods(seat.Namespace).Create(ctx, seat, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		objs, err := f.plugin.seats.ByIndex(seatForIndex, "shop/db-0")
-		return err == nil && len(objs) == 1, nil
-	}); err != nil {
-		t.Fatalf("the seat never reached the index: %v", err)
-	}
+	f, pod, seat, scheduled := seatStillBound(ctx, t, nil)
 	for range 2 {
 		if s := f.plugin.PreEnqueue(ctx, pod); s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != ErrReasonSeatNotReleased {
 			t.Fatalf("PreEnqueue with the seat bound to its host = %v, want it held back", s)
 		}
 	}
-	if len(scheduled) != 1 || scheduled[0] != seatReleaseWait-time.Second {
-		t.Errorf("requeues scheduled %v, want one after %v", scheduled, seatReleaseWait-time.Second)
+	if want := configv1.DefaultSeatReleaseWait - time.Second; len(*scheduled) != 1 || (*scheduled)[0] != want {
+		t.Errorf("requeues scheduled %v, want one after %v (the default wait less the Pod's age)", *scheduled, want)
 	}
 	other := st.MakePod().Namespace("shop").Name("web-1").Node("i-0abc").Obj()
 	if got, err := f.plugin.isSchedulableAfterSeatDelete(logger, pod, other, nil); err != nil || got != fwk.QueueSkip {
@@ -240,4 +232,60 @@ func TestPreEnqueueWaitsForTheSeat(t *testing.T) {
 	if s := f.plugin.PreEnqueue(ctx, protectedPod("plain").Obj()); !s.IsSuccess() {
 		t.Errorf("PreEnqueue for a Pod without a seat host = %v, want success", s)
 	}
+}
+
+// TestPreEnqueueSeatReleaseWaitArg: the plugin arg seatReleaseWait bounds the wait ("0s": none).
+func TestPreEnqueueSeatReleaseWaitArg(t *testing.T) {
+	tests := []struct {
+		name      string
+		wait      time.Duration
+		held      bool
+		requeueIn time.Duration
+	}{
+		{name: "3s: requeued when the Pod is 3 s old", wait: 3 * time.Second, held: true, requeueIn: 2 * time.Second},
+		{name: "0s: the wait is off", wait: 0, held: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f, pod, _, scheduled := seatStillBound(ctx, t, &configv1.LifeboatPlacementArgs{SeatReleaseWait: &metav1.Duration{Duration: tt.wait}})
+			s := f.plugin.PreEnqueue(ctx, pod)
+			if held := !s.IsSuccess(); held != tt.held {
+				t.Fatalf("PreEnqueue = %v, want held %v", s, tt.held)
+			}
+			if tt.held && (len(*scheduled) != 1 || (*scheduled)[0] != tt.requeueIn) {
+				t.Errorf("requeues scheduled %v, want one after %v", *scheduled, tt.requeueIn)
+			}
+		})
+	}
+}
+
+// seatStillBound is a framework (with args) holding one node, seat-host, and a seat on it made
+// for shop/db-0, in the plugin's seat index; pod is db-0, re-created a second ago for that seat.
+// scheduled collects the requeues the plugin schedules (not run).
+func seatStillBound(ctx context.Context, t *testing.T, args *configv1.LifeboatPlacementArgs) (f *testFramework, pod, seat *v1.Pod, scheduled *[]time.Duration) {
+	t.Helper()
+	var obj runtime.Object
+	if args != nil {
+		obj = args
+	}
+	f = newTestFramework(t, obj, []*v1.Node{withHostname(bigNode("i-0abc"), "seat-host")}, nil)
+	now := time.Now()
+	f.plugin.clock = testingclock.NewFakePassiveClock(now)
+	scheduled = &[]time.Duration{}
+	f.plugin.afterFunc = func(d time.Duration, _ func()) { *scheduled = append(*scheduled, d) }
+	pod = seatedPod("db-0", "seat-host").Namespace("shop").Obj()
+	pod.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
+	seat = st.MakePod().Namespace("lifeboat-system").Name("lifeboat-seat-1").Node("i-0abc").
+		Label(v1alpha1.LabelSeat, "true").Annotation(v1alpha1.AnnotationSeatFor, "shop/db-0").Obj()
+	if _, err := f.client.CoreV1().Pods(seat.Namespace).Create(ctx, seat, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		objs, err := f.plugin.seats.ByIndex(seatForIndex, "shop/db-0")
+		return err == nil && len(objs) == 1, nil
+	}); err != nil {
+		t.Fatalf("the seat never reached the index: %v", err)
+	}
+	return f, pod, seat, scheduled
 }

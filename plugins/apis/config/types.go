@@ -32,6 +32,10 @@ type LifeboatPlacementArgs struct {
 	// will take may wait for it instead of landing on a node of a Spot capacity pool being
 	// reclaimed. Zero disables the wait.
 	ReclaimedPoolWait metav1.Duration
+	// SeatReleaseWait bounds how long a Pod re-created for its handoff seat waits, out of the
+	// scheduling queue, for the seat to release its room on the seat's node (counted from the
+	// Pod's creation); then it is scheduled anyway. Zero disables the wait.
+	SeatReleaseWait metav1.Duration
 }
 
 // +kubebuilder:object:root=true

@@ -61,6 +61,7 @@ profiles:
     args:
       interruptionTaintKeys: [karpenter.sh/disrupted, lifeboat.dev/interrupted]
       reclaimedPoolWait: {{ .Values.scheduler.reclaimedPoolWait }}
+      seatReleaseWait: {{ .Values.scheduler.seatReleaseWait }}
   - name: CapacityPoolSpread
     args:
       hotPoolPenalty: {{ .Values.scheduler.hotPoolPenalty }}

@@ -66,6 +66,7 @@ func TestDecode(t *testing.T) {
 		"LifeboatPlacement": &config.LifeboatPlacementArgs{
 			InterruptionTaintKeys: []string{v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintInterrupted},
 			ReclaimedPoolWait:     metav1.Duration{Duration: time.Minute},
+			SeatReleaseWait:       metav1.Duration{Duration: 5 * time.Second},
 		},
 		"CapacityPoolSpread": &config.CapacityPoolSpreadArgs{
 			HotPoolPenalty: 1, HotPoolHalfLife: metav1.Duration{Duration: 10 * time.Minute},
@@ -88,6 +89,18 @@ func TestDecode(t *testing.T) {
 			want: map[string]runtime.Object{"CapacityPoolSpread": &config.CapacityPoolSpreadArgs{
 				HotPoolPenalty: 3, HotPoolHalfLife: metav1.Duration{Duration: 10 * time.Minute},
 				TelemetryNamespace: "lifeboat-system", TelemetryConfigMapName: "lifeboat-pool-telemetry",
+			}},
+		},
+		{
+			name: "the seat-release wait is set alone, the rest defaulted",
+			yaml: header + `  pluginConfig:
+  - name: LifeboatPlacement
+    args: {seatReleaseWait: 2s}
+`,
+			want: map[string]runtime.Object{"LifeboatPlacement": &config.LifeboatPlacementArgs{
+				InterruptionTaintKeys: []string{v1alpha1.TaintKarpenterDisrupted, v1alpha1.TaintInterrupted},
+				ReclaimedPoolWait:     metav1.Duration{Duration: time.Minute},
+				SeatReleaseWait:       metav1.Duration{Duration: 2 * time.Second},
 			}},
 		},
 		{

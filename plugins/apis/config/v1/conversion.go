@@ -53,13 +53,16 @@ func Convert_v1_LifeboatPlacementArgs_To_config_LifeboatPlacementArgs(in *Lifebo
 	if in.ReclaimedPoolWait != nil {
 		out.ReclaimedPoolWait = *in.ReclaimedPoolWait
 	}
+	if in.SeatReleaseWait != nil {
+		out.SeatReleaseWait = *in.SeatReleaseWait
+	}
 }
 
 // Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs converts internal args to wire.
 func Convert_config_LifeboatPlacementArgs_To_v1_LifeboatPlacementArgs(in *config.LifeboatPlacementArgs, out *LifeboatPlacementArgs) { //nolint:revive // scheme naming convention
 	out.InterruptionTaintKeys = append([]string(nil), in.InterruptionTaintKeys...)
-	wait := in.ReclaimedPoolWait
-	out.ReclaimedPoolWait = &wait
+	wait, release := in.ReclaimedPoolWait, in.SeatReleaseWait
+	out.ReclaimedPoolWait, out.SeatReleaseWait = &wait, &release
 }
 
 // Convert_v1_CapacityPoolSpreadArgs_To_config_CapacityPoolSpreadArgs converts wire args to

@@ -20,6 +20,10 @@ const (
 	// DefaultReclaimedPoolWait: a hibernated lifeboat is Ready ~20 s after its start request
 	// (docs/FACTS.md); 60 s covers a slow resume and ends well inside the 120 s notice.
 	DefaultReclaimedPoolWait = 60 * time.Second
+	// DefaultSeatReleaseWait: the controller deletes a seat in the same pass in which the Pod
+	// it kept room for is gone, so the scheduler normally sees the release within a second;
+	// 5 s covers a slow watch and costs little if the seat is never released.
+	DefaultSeatReleaseWait = 5 * time.Second
 )
 
 // RegisterDefaults adds the args' defaulting functions to a scheme.
@@ -54,6 +58,9 @@ func SetDefaults_LifeboatPlacementArgs(obj *LifeboatPlacementArgs) { //nolint:re
 	}
 	if obj.ReclaimedPoolWait == nil {
 		obj.ReclaimedPoolWait = &metav1.Duration{Duration: DefaultReclaimedPoolWait}
+	}
+	if obj.SeatReleaseWait == nil {
+		obj.SeatReleaseWait = &metav1.Duration{Duration: DefaultSeatReleaseWait}
 	}
 }
 

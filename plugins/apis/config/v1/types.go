@@ -31,6 +31,12 @@ type LifeboatPlacementArgs struct {
 	// will take may wait for it instead of a node of a Spot capacity pool being reclaimed
 	// (one of whose nodes carries lifeboat.dev/interrupted). "0s" disables it. Default: 60s.
 	ReclaimedPoolWait *metav1.Duration `json:"reclaimedPoolWait,omitempty"`
+	// SeatReleaseWait bounds how long a Pod re-created for its handoff seat (annotation
+	// lifeboat.dev/seat-host) waits, out of the scheduling queue, for Lifeboat to delete the
+	// seat that holds its room on the seat's node, counted from the Pod's creation; then it is
+	// scheduled anyway (the seat's node looks full, so it goes elsewhere). "0s" disables the
+	// wait. Default: 5s.
+	SeatReleaseWait *metav1.Duration `json:"seatReleaseWait,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -24,6 +24,10 @@ const MaxHotPoolPenalty = 100
 // than the 120 s notice.
 const MaxReclaimedPoolWait = 2 * time.Minute
 
+// MaxSeatReleaseWait bounds SeatReleaseWait: the Pod waiting is down (its predecessor is gone),
+// and a seat the controller has not released within seconds will not be released soon.
+const MaxSeatReleaseWait = 30 * time.Second
+
 // ValidateLifeboatTaintsArgs validates LifeboatTaints args; path prefixes field names.
 func ValidateLifeboatTaintsArgs(path *field.Path, args *config.LifeboatTaintsArgs) error {
 	var errs field.ErrorList
@@ -50,6 +54,10 @@ func ValidateLifeboatPlacementArgs(path *field.Path, args *config.LifeboatPlacem
 	if w := args.ReclaimedPoolWait.Duration; w < 0 || w > MaxReclaimedPoolWait {
 		errs = append(errs, field.Invalid(path.Child("reclaimedPoolWait"), args.ReclaimedPoolWait.String(),
 			fmt.Sprintf("must be between 0s (off) and %s; a lifeboat resumes in about 20 s", MaxReclaimedPoolWait)))
+	}
+	if w := args.SeatReleaseWait.Duration; w < 0 || w > MaxSeatReleaseWait {
+		errs = append(errs, field.Invalid(path.Child("seatReleaseWait"), args.SeatReleaseWait.String(),
+			fmt.Sprintf("must be between 0s (off) and %s; the Pod waiting is down, and a seat is normally released within a second", MaxSeatReleaseWait)))
 	}
 	return errs.ToAggregate()
 }

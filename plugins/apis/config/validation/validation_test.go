@@ -39,6 +39,14 @@ func TestValidate(t *testing.T) {
 		{name: "negative reclaimed-pool wait", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{
 			InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}, ReclaimedPoolWait: metav1.Duration{Duration: -time.Second}}),
 			wantErr: []string{"args.reclaimedPoolWait"}},
+		{name: "seat-release wait out of range", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{
+			InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}, SeatReleaseWait: metav1.Duration{Duration: MaxSeatReleaseWait + time.Second}}),
+			wantErr: []string{"args.seatReleaseWait"}},
+		{name: "negative seat-release wait", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{
+			InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}, SeatReleaseWait: metav1.Duration{Duration: -time.Second}}),
+			wantErr: []string{"args.seatReleaseWait"}},
+		{name: "seat-release wait off", err: ValidateLifeboatPlacementArgs(path, &config.LifeboatPlacementArgs{
+			InterruptionTaintKeys: []string{"karpenter.sh/disrupted"}, SeatReleaseWait: metav1.Duration{}})},
 		{name: "spread ok", err: validSpread(func(*config.CapacityPoolSpreadArgs) {})},
 		{name: "penalty 0 needs no half-life", err: validSpread(func(a *config.CapacityPoolSpreadArgs) { a.HotPoolPenalty = 0; a.HotPoolHalfLife.Duration = 0 })},
 		{name: "penalty too high", err: validSpread(func(a *config.CapacityPoolSpreadArgs) { a.HotPoolPenalty = MaxHotPoolPenalty + 1 }),
