@@ -51,7 +51,8 @@ type Options struct {
 	// scenario's warmupTimeout).
 	WarmupTimeout time.Duration
 	// PairTimeout bounds how long a mode of a parallel run waits at t0 for the other modes, so
-	// that their markets start together and pair their victims (default: WarmupTimeout + 5 min).
+	// that their markets start together and pair their victims (default: WarmupTimeout + 5 min
+	// + the settling wait's bound).
 	PairTimeout time.Duration
 }
 
@@ -73,7 +74,7 @@ func Run(ctx context.Context, s *scenario.Scenario, opts Options) (*report.Repor
 		return nil, nil, err
 	}
 	if opts.PairTimeout == 0 {
-		opts.PairTimeout = opts.WarmupTimeout + 5*time.Minute
+		opts.PairTimeout = opts.WarmupTimeout + 5*time.Minute + settleTimeout
 	}
 	// With several modes, the markets interrupt nodes of the same workloads in each (pair.go).
 	pair := newPairing(s.Modes, opts.Parallel, opts.PairTimeout)
@@ -184,6 +185,12 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 		if err := opts.Lifeboat.Ready(ctx, c, s); err != nil {
 			return nil, err
 		}
+	}
+	progress(opts, mode, began, "waiting for Karpenter to remove the ramp's empty nodes (consolidation), so every mode starts from a settled cluster")
+	if why, err := waitSettled(ctx, obs, settleTimeout); err != nil {
+		return nil, err
+	} else if why != "" {
+		progress(opts, mode, began, "Karpenter's nodes did not settle in %s (%s); starting anyway — this mode's free room at t0 may differ from the others'", settleTimeout, why)
 	}
 	if pair != nil && opts.Parallel {
 		progress(opts, mode, began, "waiting for the other modes to reach t0 (their markets pair their victims)")
