@@ -8,9 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 )
 
 // Settling before t0. The ramp creates every workload at once; Karpenter launches nodes for the
@@ -36,7 +36,7 @@ const settleTimeout = 10 * time.Minute
 func unsettled(nodes []*corev1.Node, pods []*corev1.Pod) string {
 	busy := map[string]bool{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || daemonSetPod(p) {
+		if p.Spec.NodeName == "" || nodeutil.IsTerminal(p) || nodeutil.IsDaemonSetPod(p) {
 			continue
 		}
 		busy[p.Spec.NodeName] = true
@@ -47,7 +47,7 @@ func unsettled(nodes []*corev1.Node, pods []*corev1.Pod) string {
 			continue
 		}
 		switch {
-		case n.DeletionTimestamp != nil || hasTaint(n, v1alpha1.TaintKarpenterDisrupted):
+		case n.DeletionTimestamp != nil || nodeutil.HasTaint(n, v1alpha1.TaintKarpenterDisrupted):
 			leaving = append(leaving, n.Name)
 		case !busy[n.Name]:
 			empty = append(empty, n.Name)
@@ -61,24 +61,6 @@ func unsettled(nodes []*corev1.Node, pods []*corev1.Pod) string {
 		why = append(why, fmt.Sprintf("%d empty node(s) (%s)", len(empty), firstNames(empty)))
 	}
 	return strings.Join(why, ", ")
-}
-
-func daemonSetPod(p *corev1.Pod) bool {
-	for _, ref := range p.OwnerReferences {
-		if ref.Kind == "DaemonSet" {
-			return true
-		}
-	}
-	return false
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
 }
 
 func firstNames(names []string) string {
@@ -104,9 +86,6 @@ func waitSettled(ctx context.Context, obs *observer, timeout time.Duration) (str
 		}
 		why := unsettled(nodes, pods)
 		if why == "" || time.Now().After(deadline) {
-			if why != "" {
-				klog.FromContext(ctx).Info("Karpenter's nodes did not settle before t0", "after", timeout, "why", why)
-			}
 			return why, nil
 		}
 		select {
