@@ -151,50 +151,78 @@ func realWindows(c *Controller) *Controller {
 	return c
 }
 
-// drainConcurrently runs the reconciles of every triggered Node at once, as the controller's
-// workers do (one per Node at a time), until nothing is left to do.
+// drainConcurrently runs the reconciles of the triggered Nodes as the controller's workers do
+// (each Node in its own goroutine, one reconcile per Node at a time, a requeue or a trigger
+// meanwhile running it again), taking in the triggers that arrive while they run, until none
+// runs and none is triggered. A reconcile that never returns (a batch waiting for a Node that
+// never joins it) fails the test after drainTimeout rather than hanging it.
 func drainConcurrently(t *testing.T, ctrl *Controller) {
 	t.Helper()
-	for round := 0; round < 20; round++ {
-		names := map[string]bool{}
-	collect:
-		for {
-			select {
-			case ev := <-ctrl.trigger:
-				names[ev.Object.GetName()] = true
-			default:
-				break collect
+	const (
+		drainTimeout = 30 * time.Second
+		maxRuns      = 1000
+	)
+	type finished struct {
+		name    string
+		requeue bool
+	}
+	var (
+		running = map[string]bool{}
+		again   = map[string]bool{}
+		done    = make(chan finished, maxRuns)
+		runs    int
+	)
+	start := func(name string) {
+		running[name] = true
+		runs++
+		go func() {
+			res, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+			if err != nil {
+				t.Errorf("reconcile %s: %v", name, err)
 			}
-		}
-		if len(names) == 0 {
+			done <- finished{name: name, requeue: res.Requeue}
+		}()
+	}
+	triggered := func(name string) {
+		if running[name] {
+			again[name] = true
 			return
 		}
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			requeue []string
-		)
-		for name := range names {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
-				if err != nil {
-					t.Errorf("reconcile %s: %v", name, err)
-				}
-				if res.Requeue {
-					mu.Lock()
-					requeue = append(requeue, name)
-					mu.Unlock()
-				}
-			}()
+		start(name)
+	}
+	deadline := time.NewTimer(drainTimeout)
+	defer deadline.Stop()
+	for {
+		if runs > maxRuns {
+			t.Fatalf("reconcile did not settle: %d reconciles", runs)
 		}
-		wg.Wait()
-		for _, name := range requeue {
-			ctrl.RequestDecision(name)
+		select {
+		case ev := <-ctrl.trigger:
+			triggered(ev.Object.GetName())
+			continue
+		default:
+		}
+		if len(running) == 0 {
+			return
+		}
+		select {
+		case ev := <-ctrl.trigger:
+			triggered(ev.Object.GetName())
+		case f := <-done:
+			delete(running, f.name)
+			if f.requeue || again[f.name] {
+				delete(again, f.name)
+				start(f.name)
+			}
+		case <-deadline.C:
+			names := make([]string, 0, len(running))
+			for n := range running {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			t.Fatalf("the reconciles of %v did not return in %v (a decision batch waiting for a Node that never joins it?)", names, drainTimeout)
 		}
 	}
-	t.Fatal("reconcile did not settle")
 }
 
 func decisionOf(t *testing.T, c client.Reader, node string) string {
