@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -89,6 +90,9 @@ type Cluster struct {
 	// keepRunDir, when set, is asked at Stop whether to keep the run directory (StartT keeps
 	// the logs of failed tests).
 	keepRunDir func() bool
+
+	// drawEpoch is where the delay draws' order restarts (RestartDrawOrder).
+	drawEpoch atomic.Pointer[time.Time]
 
 	mu      sync.Mutex
 	procs   []*process // in start order
@@ -524,7 +528,8 @@ func (c *Cluster) startKWOK(ctx, bgCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dc := &delayController{client: c.client, nodeRules: c.opts.NodeBootDelays, podRules: c.opts.PodStartDelays, seed: c.opts.DelaySeed}
+	dc := &delayController{client: c.client, nodeRules: c.opts.NodeBootDelays, podRules: c.opts.PodStartDelays, seed: c.opts.DelaySeed,
+		podDraws: drawKeys{epoch: &c.drawEpoch}, nodeDraws: drawKeys{epoch: &c.drawEpoch}}
 	if err := dc.run(bgCtx); err != nil {
 		return err
 	}

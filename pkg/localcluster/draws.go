@@ -3,6 +3,8 @@ package localcluster
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,16 +24,35 @@ const karpenterNodePoolLabel = "karpenter.sh/nodepool"
 // two runs draw the same sequence of delays for each workload and NodePool, and differ only
 // where what they do differs.
 //
+// The order restarts at the cluster's draw epoch (Cluster.RestartDrawOrder, a simulation's
+// t0): an object created from then on is "the i-th created since t0". Without that, a run whose
+// ramp created 160 Nodes and one whose ramp created 200 would draw different boots for their
+// first replacement Node after the same notice.
+//
 // A drawKeys is used by one goroutine. A key is kept from its first use until done is called
 // for the object, so a retried annotation draws the same delay.
 type drawKeys struct {
+	// epoch, when set, is the draw epoch's start, shared with the Cluster.
+	epoch   *atomic.Pointer[time.Time]
 	next    map[string]int
 	pending map[types.UID]string
 }
 
 // podKey is the draw key of a Pod: its workload and the order in which its Pods come to start.
 func (k *drawKeys) podKey(p *corev1.Pod) string {
-	return k.key(p.UID, podWorkload(p))
+	return k.key(p.UID, k.inEpoch(podWorkload(p), p.CreationTimestamp.Time))
+}
+
+// inEpoch names group's sequence of objects created at created: its own sequence from the draw
+// epoch on.
+func (k *drawKeys) inEpoch(group string, created time.Time) string {
+	if k.epoch == nil {
+		return group
+	}
+	if from := k.epoch.Load(); from != nil && !created.Before(*from) {
+		return group + "@t0"
+	}
+	return group
 }
 
 // nodeKey is the draw key of a Node: its Karpenter NodePool and the order in which the pool's
@@ -41,7 +62,7 @@ func (k *drawKeys) nodeKey(n *corev1.Node) string {
 	if !ok {
 		return n.Name
 	}
-	return k.key(n.UID, "nodepool/"+pool)
+	return k.key(n.UID, k.inEpoch("nodepool/"+pool, n.CreationTimestamp.Time))
 }
 
 func (k *drawKeys) key(uid types.UID, group string) string {

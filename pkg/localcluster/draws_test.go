@@ -1,7 +1,10 @@
 package localcluster
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,5 +99,50 @@ func TestDrawKeysAreCommonAcrossRuns(t *testing.T) {
 	}
 	if len(k.pending) != 0 {
 		t.Errorf("keys of done objects are still held: %v", k.pending)
+	}
+}
+
+// Two runs whose ramps created different numbers of Nodes and Pods draw alike from the draw
+// epoch (t0) on: the first replacement after t0 is #1 of its sequence in both; an object
+// created before t0 but annotated after it stays in the ramp's sequence.
+func TestDrawOrderRestartsAtEpoch(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	run := func(ramp int) []string {
+		var epoch atomic.Pointer[time.Time]
+		nodes, pods := drawKeys{epoch: &epoch}, drawKeys{epoch: &epoch}
+		node := func(i int, created time.Time) string {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{UID: types.UID(fmt.Sprintf("n%d", i)), Name: fmt.Sprintf("default-%d", i),
+				Labels: map[string]string{karpenterNodePoolLabel: "default"}, CreationTimestamp: metav1.NewTime(created)}}
+			defer nodes.done(n.UID)
+			return nodes.nodeKey(n)
+		}
+		pod := func(i int, created time.Time) string {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(fmt.Sprintf("p%d", i)), Namespace: "jobs", Name: fmt.Sprintf("workers-%d", i),
+				OwnerReferences: []metav1.OwnerReference{{Kind: "StatefulSet", Name: "workers", Controller: ptr.To(true)}}, CreationTimestamp: metav1.NewTime(created)}}
+			defer pods.done(p.UID)
+			return pods.podKey(p)
+		}
+		for i := range ramp {
+			node(i, t0.Add(-time.Minute))
+			pod(i, t0.Add(-time.Minute))
+		}
+		epoch.Store(&t0)
+		late := node(ramp, t0.Add(-time.Second)) // created before t0, booted after
+		return []string{late, node(ramp+1, t0), node(ramp+2, t0.Add(time.Second)), pod(ramp, t0.Add(30*time.Second)), pod(ramp+1, t0.Add(31*time.Second))}
+	}
+	a, b := run(160), run(200)
+	want := []string{"", "nodepool/default@t0#1", "nodepool/default@t0#2", "jobs/StatefulSet/workers@t0#1", "jobs/StatefulSet/workers@t0#2"}
+	if a[0] != "nodepool/default#161" || b[0] != "nodepool/default#201" {
+		t.Errorf("a Node created before t0 drew %q and %q, want the ramp's #161 and #201", a[0], b[0])
+	}
+	for i := 1; i < len(want); i++ {
+		if a[i] != want[i] || b[i] != want[i] {
+			t.Errorf("draw %d after t0: run A %q, run B %q, want %q in both", i, a[i], b[i], want[i])
+		}
+	}
+	// No epoch (a cluster outside a simulation): one sequence.
+	var k drawKeys
+	if got := k.inEpoch("nodepool/default", t0); got != "nodepool/default" {
+		t.Errorf("without an epoch: %q", got)
 	}
 }

@@ -467,6 +467,12 @@ type delayController struct {
 	podDraws, nodeDraws drawKeys
 }
 
+// RestartDrawOrder starts the draw epoch at at: Pods and Nodes created from then on draw their
+// delays as the i-th of their workload or NodePool created since at (drawKeys), so the runs of
+// one scenario draw alike after their t0 whatever their ramps created before it. Without KWOK
+// it does nothing.
+func (c *Cluster) RestartDrawOrder(at time.Time) { c.drawEpoch.Store(&at) }
+
 func (d *delayController) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("kwok-delays")
 	factory := informers.NewSharedInformerFactory(d.client, 0)

@@ -199,6 +199,9 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 		return nil, err
 	}
 	obs.begin()
+	// From t0 on, the modes' delays are drawn alike (the i-th replacement Pod of a workload,
+	// the i-th new Node of a NodePool), whatever their ramps and settling created before.
+	c.RestartDrawOrder(obs.start)
 	go obs.run(obsCtx, opts.Interval)
 	m := &market{c: cl, s: s, obs: obs, notifier: notifier, mode: string(mode), pair: pair,
 		killed: map[string]int{}, exposed: map[string]int{}, noticed: map[string]time.Time{}}
