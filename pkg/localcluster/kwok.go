@@ -469,9 +469,13 @@ type delayController struct {
 
 // RestartDrawOrder starts the draw epoch at at: Pods and Nodes created from then on draw their
 // delays as the i-th of their workload or NodePool created since at (drawKeys), so the runs of
-// one scenario draw alike after their t0 whatever their ramps created before it. Without KWOK
-// it does nothing.
-func (c *Cluster) RestartDrawOrder(at time.Time) { c.drawEpoch.Store(&at) }
+// one scenario draw alike after their t0 whatever their ramps created before it. The epoch
+// starts at the second of at: creation timestamps have whole seconds. Without KWOK it does
+// nothing.
+func (c *Cluster) RestartDrawOrder(at time.Time) {
+	from := at.Truncate(time.Second)
+	c.drawEpoch.Store(&from)
+}
 
 func (d *delayController) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("kwok-delays")
