@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/apis/v1alpha1"
+	"github.com/lifeboat-k8s/lifeboat/pkg/controllers/nodeutil"
 	"github.com/lifeboat-k8s/lifeboat/pkg/localcluster"
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
 )
@@ -219,4 +220,37 @@ func workloadKeys(s *scenario.Scenario) []string {
 // poolKey names a Node's capacity pool (instance type/zone/capacity type).
 func poolKey(n *corev1.Node) string {
 	return strings.Join([]string{n.Labels[v1alpha1.LabelInstanceType], n.Labels[v1alpha1.LabelZone], n.Labels[v1alpha1.LabelCapacityType]}, "/")
+}
+
+// nodeShare is where one workload's Pods run: on how many nodes, and on how many of those
+// beside another scenario workload's Pods.
+type nodeShare struct{ nodes, shared int }
+
+// layoutOf is the cluster's layout: for each scenario workload (podWorkloadKey) with a Pod bound
+// and not terminating, its nodeShare. At t0 it describes the modes' starting states: an
+// unprotected workload whose Pods share no node with the protected ones finds the free room the
+// protected Pods leave without its image (scenario.RampByPriority). Pure.
+func layoutOf(pods []*corev1.Pod) map[string]nodeShare {
+	onNode := map[string]map[string]bool{} // node → workloads
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Labels[LabelWorkload] == "" || nodeutil.IsTerminal(p) {
+			continue
+		}
+		if onNode[p.Spec.NodeName] == nil {
+			onNode[p.Spec.NodeName] = map[string]bool{}
+		}
+		onNode[p.Spec.NodeName][podWorkloadKey(p)] = true
+	}
+	out := map[string]nodeShare{}
+	for _, ws := range onNode {
+		for w := range ws {
+			s := out[w]
+			s.nodes++
+			if len(ws) > 1 {
+				s.shared++
+			}
+			out[w] = s
+		}
+	}
+	return out
 }

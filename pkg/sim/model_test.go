@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"maps"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/lifeboat-k8s/lifeboat/pkg/sim/scenario"
@@ -63,4 +66,35 @@ func sameIOS(a, b *intstr.IntOrString) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// layoutOf counts, per scenario workload, the nodes running its Pods and those of them running
+// another workload's too; unbound, terminating, finished and non-scenario Pods do not count.
+func TestLayoutOf(t *testing.T) {
+	pod := func(ns, workload, node string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Labels: map[string]string{}}, Spec: corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		if workload != "" {
+			p.Labels[LabelWorkload] = workload
+		}
+		return p
+	}
+	gone := pod("shop", "web", "n4")
+	gone.DeletionTimestamp = &metav1.Time{}
+	done := pod("jobs", "workers", "n1")
+	done.Status.Phase = corev1.PodSucceeded
+	got := layoutOf([]*corev1.Pod{
+		pod("shop", "web", "n1"), pod("shop", "web", "n1"), pod("jobs", "workers", "n1"), // shared
+		pod("shop", "web", "n2"),                                   // web alone
+		pod("jobs", "workers", "n3"), pod("kube-system", "", "n3"), // a DaemonSet's Pod is not a workload
+		pod("jobs", "workers", ""), // Pending
+		gone, done,
+	})
+	want := map[string]nodeShare{"shop/web": {nodes: 2, shared: 1}, "jobs/workers": {nodes: 2, shared: 1}}
+	if !maps.Equal(got, want) {
+		t.Errorf("layoutOf = %+v, want %+v", got, want)
+	}
+	if got := layoutOf(nil); len(got) != 0 {
+		t.Errorf("layoutOf(nil) = %+v", got)
+	}
 }

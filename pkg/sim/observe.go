@@ -335,6 +335,16 @@ func (o *observer) podsOnNode(node string) []*corev1.Pod {
 	return out
 }
 
+// podList lists every Pod the observer's cache holds.
+func (o *observer) podList() []*corev1.Pod {
+	objs := o.pods.List()
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		out = append(out, obj.(*corev1.Pod))
+	}
+	return out
+}
+
 func (o *observer) launchedClaims() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -172,12 +172,22 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 	if mode == scenario.ModeLifeboat && s.ReclaimBack != nil {
 		go labelZoneIDs(obsCtx, cl, obs)
 	}
-	progress(opts, mode, began, "creating %d workloads", len(s.Workloads))
-	if err := createWorkloads(ctx, c, s, mode == scenario.ModeLifeboat); err != nil {
-		return nil, err
+	warmUntil := time.Now().Add(opts.WarmupTimeout)
+	waves := s.RampWaves()
+	for i, wave := range waves {
+		progress(opts, mode, began, "creating %s", rampStep(wave, i, len(waves)))
+		if err := createWorkloads(ctx, c, wave, mode == scenario.ModeLifeboat); err != nil {
+			return nil, err
+		}
+		if i < len(waves)-1 {
+			progress(opts, mode, began, "waiting for the scheduler to place them before the next wave (ramp: %s)", s.Ramp)
+			if err := waitPlaced(ctx, obs, wave, time.Until(warmUntil)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	progress(opts, mode, began, "waiting for every workload to be ready (Karpenter boots nodes in ~%s)", s.Timing.KarpenterBoot.Mean)
-	if err := waitWarm(ctx, obs, s, opts.WarmupTimeout); err != nil {
+	if err := waitWarm(ctx, obs, s, time.Until(warmUntil)); err != nil {
 		return nil, err
 	}
 	if mode == scenario.ModeLifeboat {
@@ -199,6 +209,12 @@ func runMode(ctx context.Context, s *scenario.Scenario, mode scenario.Mode, opts
 		return nil, err
 	}
 	obs.begin()
+	for k, share := range layoutOf(obs.podList()) {
+		if i, ok := infos[k]; ok {
+			i.NodesAtStart, i.SharedNodesAtStart = share.nodes, share.shared
+			infos[k] = i
+		}
+	}
 	// From t0 on, the modes' delays are drawn alike (the i-th replacement Pod of a workload,
 	// the i-th new Node of a NodePool), whatever their ramps and settling created before.
 	c.RestartDrawOrder(obs.start)
@@ -307,9 +323,22 @@ func createNamespace(ctx context.Context, c *localcluster.Cluster, name string, 
 	return nil
 }
 
-func createWorkloads(ctx context.Context, c *localcluster.Cluster, s *scenario.Scenario, protect bool) error {
+// rampStep names the workloads of one ramp wave for the progress line: "3 workloads" when the
+// ramp is one wave, else "wave 1 of 2 (priority 10000): shop/web, shop/api".
+func rampStep(wave []scenario.Workload, i, n int) string {
+	if n == 1 {
+		return fmt.Sprintf("%d workloads", len(wave))
+	}
+	keys := make([]string, 0, len(wave))
+	for _, w := range wave {
+		keys = append(keys, workloadKey(w))
+	}
+	return fmt.Sprintf("wave %d of %d (priority %d under Lifeboat): %s", i+1, n, wave[0].LifeboatPriority(), strings.Join(keys, ", "))
+}
+
+func createWorkloads(ctx context.Context, c *localcluster.Cluster, ws []scenario.Workload, protect bool) error {
 	client := c.Client()
-	for _, w := range s.Workloads {
+	for _, w := range ws {
 		if err := createNamespace(ctx, c, w.Namespace, nil); err != nil {
 			return err
 		}
@@ -336,32 +365,50 @@ func createWorkloads(ctx context.Context, c *localcluster.Cluster, s *scenario.S
 	return nil
 }
 
+// waitPlaced waits until the scheduler has bound every Pod of the workloads (Replicas of each,
+// not terminating): the next ramp wave's Pods then cannot take their places.
+func waitPlaced(ctx context.Context, obs *observer, ws []scenario.Workload, timeout time.Duration) error {
+	missing, err := waitPods(ctx, obs, ws, timeout, "placed", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+	if missing != "" {
+		return fmt.Errorf("ramp wave not placed within the warm-up (warmupTimeout): %s%s", missing, notReadyPods(obs, 5))
+	}
+	return err
+}
+
 func waitWarm(ctx context.Context, obs *observer, s *scenario.Scenario, timeout time.Duration) error {
+	missing, err := waitPods(ctx, obs, s.Workloads, timeout, "ready", podReady)
+	if missing != "" {
+		return fmt.Errorf("workloads not ready after %s: %s%s", timeout, missing, notReadyPods(obs, 5))
+	}
+	return err
+}
+
+// waitPods polls the observer's Pods until every workload of ws has Replicas Pods that are not
+// terminating and pass ok, or until timeout; then it returns what was missing ("shop/web has
+// 3/12 ready", with word), "" when nothing was.
+func waitPods(ctx context.Context, obs *observer, ws []scenario.Workload, timeout time.Duration, word string, ok func(*corev1.Pod) bool) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		missing := ""
-		ready := map[string]int32{}
+		count := map[string]int32{}
 		for _, obj := range obs.pods.List() {
 			p := obj.(*corev1.Pod)
-			if p.DeletionTimestamp == nil && podReady(p) && p.Labels[LabelWorkload] != "" {
-				ready[podWorkloadKey(p)]++
+			if p.DeletionTimestamp == nil && p.Labels[LabelWorkload] != "" && ok(p) {
+				count[podWorkloadKey(p)]++
 			}
 		}
-		for _, w := range s.Workloads {
-			if ready[workloadKey(w)] < w.Replicas {
-				missing = fmt.Sprintf("%s has %d/%d ready", workloadKey(w), ready[workloadKey(w)], w.Replicas)
+		missing := ""
+		for _, w := range ws {
+			if count[workloadKey(w)] < w.Replicas {
+				missing = fmt.Sprintf("%s has %d/%d %s", workloadKey(w), count[workloadKey(w)], w.Replicas, word)
 				break
 			}
 		}
-		if missing == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("workloads not ready after %s: %s%s", timeout, missing, notReadyPods(obs, 5))
+		if missing == "" || time.Now().After(deadline) {
+			return missing, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

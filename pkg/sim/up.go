@@ -48,7 +48,7 @@ func Up(ctx context.Context, s *scenario.Scenario, installer *LifeboatInstaller,
 	if _, err := installer.Install(ctx, c, s, runDir); err != nil {
 		return err
 	}
-	if err := createWorkloads(ctx, c, s, true); err != nil {
+	if err := createWorkloads(ctx, c, s.Workloads, true); err != nil {
 		return err
 	}
 	// Notices sent before the workloads run would interrupt Pods still Pending: wait for them

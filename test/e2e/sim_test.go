@@ -179,6 +179,21 @@ func TestLateLifeboat(t *testing.T) {
 		t.Errorf("worse with a late lifeboat than with Karpenter alone: min ready %d (alone %d), killed %d (alone %d), below floor %.0f s (alone %.0f s)",
 			lb.MinReady, base.MinReady, lb.PodsKilledAtReclaim, base.PodsKilledAtReclaim, lb.SecondsBelowFloor, base.SecondsBelowFloor)
 	}
+	// The unprotected workers: never more Pods killed at the reclaim than alone.
+	if b, l := rep.Modes["baseline"].Workloads["jobs/workers"], rep.Modes["lifeboat"].Workloads["jobs/workers"]; l.PodsKilledAtReclaim > b.PodsKilledAtReclaim {
+		t.Errorf("jobs/workers: %d Pods killed at the reclaim with Lifeboat, %d with Karpenter alone", l.PodsKilledAtReclaim, b.PodsKilledAtReclaim)
+	}
+	// Each mode recorded its starting layout (after the two waves of ramp: byPriority).
+	for _, m := range []string{"baseline", "lifeboat"} {
+		for name, w := range rep.Modes[m].Workloads {
+			if w.NodesAtStart == 0 {
+				t.Errorf("%s %s: no starting layout recorded (nodes_at_start 0)", m, name)
+			}
+		}
+	}
+	for _, l := range rep.LayoutDiffs() {
+		t.Logf("starting layouts: %s", l)
+	}
 	for _, r := range rep.Worse() {
 		t.Logf("regression check: %s %s %.1f with Lifeboat, %.1f with Karpenter alone", r.Workload, r.Metric, r.Lifeboat, r.Baseline)
 	}

@@ -161,7 +161,7 @@ func WriteHTML(w io.Writer, rep *Report, runs []*Run) error {
 	_ = rep.writeFigures(&table)
 	d := htmlData{Report: rep, Modes: rep.ModeNames(), Columns: figureColumns, Rows: figureRows(rep), Table: table.String()}
 	for _, l := range append(rep.Outcome(), rep.Cautions()...) {
-		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE") || strings.HasPrefix(l, "CAUTION") || strings.HasPrefix(l, "EXPOSURE")})
+		d.Outcome = append(d.Outcome, outcomeLine{Text: l, Worse: strings.HasPrefix(l, "WORSE") || strings.HasPrefix(l, "CAUTION") || strings.HasPrefix(l, "EXPOSURE") || strings.HasPrefix(l, "LAYOUT")})
 	}
 	var span time.Duration
 	names := map[string]WorkloadInfo{}

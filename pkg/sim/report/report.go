@@ -70,6 +70,9 @@ type WorkloadInfo struct {
 	Protected bool
 	Killed    int // Pods still running on a node at its reclaim
 	Noticed   int // Pods on a node when its notice came (the workload's exposure)
+	// NodesAtStart: nodes running the workload's Pods at t0; SharedNodesAtStart: those of
+	// them running another workload's Pods too (the starting layout; scenario.Ramp).
+	NodesAtStart, SharedNodesAtStart int
 }
 
 // Run is one mode's raw results.
@@ -148,8 +151,14 @@ type WorkloadResult struct {
 	PodsKilledAtReclaim int     `json:"pods_killed_at_reclaim"`
 	// PodsNoticed counts the workload's Pods on a node when its notice came: how hard the
 	// market hit it. Modes compare like for like only where it is equal (see ExposureDiffers).
-	PodsNoticed int  `json:"pods_noticed"`
-	Protected   bool `json:"protected"`
+	PodsNoticed int `json:"pods_noticed"`
+	// NodesAtStart counts the nodes running the workload's Pods at t0, SharedNodesAtStart
+	// those of them running another workload's Pods too: how the ramp laid the cluster out in
+	// this mode. Where they differ much between modes, so does the free room the workload's
+	// replacements find with its image cached (scenario field ramp).
+	NodesAtStart       int  `json:"nodes_at_start"`
+	SharedNodesAtStart int  `json:"shared_nodes_at_start"`
+	Protected          bool `json:"protected"`
 }
 
 // NodeResult counts nodes.
@@ -236,7 +245,8 @@ func Summarize(r *Run) *ModeResult {
 	}
 	for name, info := range r.Workloads {
 		w := &WorkloadResult{Replicas: info.Replicas, PDBFloor: info.PDBFloor, MinReady: info.Replicas,
-			PodsKilledAtReclaim: info.Killed, PodsNoticed: info.Noticed, Protected: info.Protected}
+			PodsKilledAtReclaim: info.Killed, PodsNoticed: info.Noticed, Protected: info.Protected,
+			NodesAtStart: info.NodesAtStart, SharedNodesAtStart: info.SharedNodesAtStart}
 		lastShort := time.Duration(-1)
 		for _, s := range r.Samples {
 			ready := s.Workloads[name]
@@ -461,7 +471,35 @@ func (rep *Report) Cautions() []string {
 	if l := rep.bootLag(); l != "" {
 		lines = append(lines, l)
 	}
-	return append(lines, rep.ExposureDiffs()...)
+	lines = append(lines, rep.ExposureDiffs()...)
+	return append(lines, rep.LayoutDiffs()...)
+}
+
+// layoutDiffShare: shares of a workload's nodes that hold other workloads' Pods too further
+// apart than this between the modes make LayoutDiffs report it.
+const layoutDiffShare = 0.25
+
+// LayoutDiffs has a line per workload in both the baseline and the lifeboat mode whose starting
+// layout differs: the share of its nodes it shared with other workloads at t0
+// (shared_nodes_at_start / nodes_at_start) is more than layoutDiffShare apart. Its replacements
+// then found different free room — with its image cached or not — so its recovery and
+// replica-seconds are not like for like. Nil when there is none or either mode is missing.
+func (rep *Report) LayoutDiffs() []string {
+	var lines []string
+	for _, wp := range rep.workloadPairs() {
+		bw, lw := wp.baseline, wp.lifeboat
+		if bw.NodesAtStart == 0 || lw.NodesAtStart == 0 {
+			continue
+		}
+		bs := float64(bw.SharedNodesAtStart) / float64(bw.NodesAtStart)
+		ls := float64(lw.SharedNodesAtStart) / float64(lw.NodesAtStart)
+		if math.Abs(bs-ls) <= layoutDiffShare {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("LAYOUT differs: %s shared %d of its %d nodes with other workloads at t0 with Lifeboat, %d of %d with Karpenter alone — its replacements found different free room (with its image cached or not), so its recovery and replica-seconds are not like for like; the scenario field `ramp: byPriority` lays both modes out alike",
+			wp.name, lw.SharedNodesAtStart, lw.NodesAtStart, bw.SharedNodesAtStart, bw.NodesAtStart))
+	}
+	return lines
 }
 
 // Simulated boots further apart than this between the modes (seconds, or this fraction of the

@@ -537,3 +537,51 @@ func TestBootLag(t *testing.T) {
 		t.Errorf("the table lacks the node boot column:\n%s", table)
 	}
 }
+
+// TestLayoutDiffs: a workload whose share of nodes shared with other workloads at t0 differs by
+// more than a quarter between the modes gets a caution (session 28's scale-quarter run: 9 of 56
+// with Lifeboat, 42 of 53 alone); closer shares, a workload missing in a mode or one with no
+// layout recorded get none. The figures are in report.json.
+func TestLayoutDiffs(t *testing.T) {
+	run := func(mode string, nodes, shared int) *Run {
+		return &Run{Mode: mode, Interval: time.Second,
+			Workloads: map[string]WorkloadInfo{"jobs/workers": {Replicas: 400, NodesAtStart: nodes, SharedNodesAtStart: shared}},
+			Samples:   []Sample{{At: 0, Workloads: map[string]int32{"jobs/workers": 400}}}}
+	}
+	for _, tc := range []struct {
+		name            string
+		bNodes, bShared int
+		lNodes, lShared int
+		wantCaution     bool
+	}{
+		{name: "session 28's scale-quarter layouts", bNodes: 53, bShared: 42, lNodes: 56, lShared: 9, wantCaution: true},
+		{name: "alike", bNodes: 30, bShared: 3, lNodes: 31, lShared: 2},
+		{name: "a quarter apart exactly", bNodes: 4, bShared: 2, lNodes: 4, lShared: 1},
+		{name: "no layout recorded (an older run)", bNodes: 0, lNodes: 56, lShared: 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := New("s", nil, 0, []*Run{run("baseline", tc.bNodes, tc.bShared), run("lifeboat", tc.lNodes, tc.lShared)})
+			got := rep.LayoutDiffs()
+			if (len(got) == 1) != tc.wantCaution || len(got) > 1 {
+				t.Fatalf("LayoutDiffs = %q, want a line: %v", got, tc.wantCaution)
+			}
+		})
+	}
+	rep := New("s", nil, 0, []*Run{run("baseline", 53, 42), run("lifeboat", 56, 9)})
+	want := "LAYOUT differs: jobs/workers shared 9 of its 56 nodes with other workloads at t0 with Lifeboat, 42 of 53 with Karpenter alone"
+	if got := rep.Cautions(); len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("Cautions = %q, want one starting %q", got, want)
+	}
+	var b strings.Builder
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"nodes_at_start": 56`, `"shared_nodes_at_start": 9`} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("report.json lacks %s", s)
+		}
+	}
+	if New("s", nil, 0, []*Run{run("baseline", 53, 42)}).LayoutDiffs() != nil {
+		t.Errorf("LayoutDiffs with one mode is not nil")
+	}
+}

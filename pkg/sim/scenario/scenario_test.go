@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,7 @@ workloads:
 		{"reclaim-back bad in-flight", base("reclaimBack:\n  maxInFlight: lots\n"), []string{"line 16", "reclaimBack.maxInFlight", "lots"}},
 		{"reclaim-back bad score", base("reclaimBack:\n  minPlacementScore: 12\n"), []string{"reclaimBack.minPlacementScore", "1 to 10"}},
 		{"jitter above mean", strings.Replace(base(""), "{mean: 40s}", "{mean: 4s, jitter: 10s}", 1), []string{"line 8", "timing.karpenterBoot"}},
+		{"unknown ramp", base("ramp: slowly\n"), []string{"line 15", "ramp", "together or byPriority", "slowly"}},
 		{"empty", "", []string{"empty"}},
 	}
 	for _, tt := range tests {
@@ -250,5 +252,48 @@ func TestParsePDBValues(t *testing.T) {
 		if mu != want || MaxUnavailable(ma) != want {
 			t.Errorf("%q: parsed %+v / %+v, want %+v", tt.in, mu, ma, want)
 		}
+	}
+}
+
+func TestRampWaves(t *testing.T) {
+	w := func(name, tier string, protected bool) Workload {
+		return Workload{Name: name, Tier: tier, Protected: protected}
+	}
+	web, api := w("web", "stateless", true), w("api", "stateless", true)
+	pay, ledger := w("pay", "critical", true), w("ledger", "checkpointed", true)
+	batch, workers := w("batch", "best-effort", true), w("workers", "stateless", false)
+	names := func(waves [][]Workload) [][]string {
+		var out [][]string
+		for _, wave := range waves {
+			var ns []string
+			for _, x := range wave {
+				ns = append(ns, x.Name)
+			}
+			out = append(out, ns)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		ramp Ramp
+		ws   []Workload
+		want [][]string
+	}{
+		{"together is one wave", RampTogether, []Workload{workers, web, ledger}, [][]string{{"workers", "web", "ledger"}}},
+		{"unset is together", "", []Workload{workers, web}, [][]string{{"workers", "web"}}},
+		{"by priority, highest first, scenario order within a wave", RampByPriority,
+			[]Workload{workers, web, ledger, pay, api}, [][]string{{"pay"}, {"web", "api"}, {"ledger"}, {"workers"}}},
+		// Best-effort Pods keep the cluster's default priority under Lifeboat: they ramp with the
+		// unprotected ones, as the scheduler would serve them.
+		{"best-effort with the unprotected", RampByPriority, []Workload{batch, web, workers}, [][]string{{"web"}, {"batch", "workers"}}},
+		{"one priority is one wave", RampByPriority, []Workload{web, api}, [][]string{{"web", "api"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Scenario{Ramp: tt.ramp, Workloads: tt.ws}
+			if got := names(s.RampWaves()); !slices.EqualFunc(got, tt.want, slices.Equal[[]string]) {
+				t.Errorf("RampWaves() = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
