@@ -476,11 +476,16 @@ func (rep *Report) Cautions() []string {
 }
 
 // layoutDiffShare: shares of a workload's nodes that hold other workloads' Pods too further
-// apart than this between the modes make LayoutDiffs report it.
-const layoutDiffShare = 0.25
+// apart than this between the modes make LayoutDiffs report it, for a workload on at least
+// layoutMinNodes nodes in each mode: on fewer, one node moves the share by more than a fifth
+// (make demo seed 99: a 4-Pod Job shared 4 of 4 nodes with Lifeboat, 1 of 2 alone).
+const (
+	layoutDiffShare = 0.25
+	layoutMinNodes  = 5
+)
 
-// LayoutDiffs has a line per workload in both the baseline and the lifeboat mode whose starting
-// layout differs: the share of its nodes it shared with other workloads at t0
+// LayoutDiffs has a line per workload in both the baseline and the lifeboat mode, on at least
+// layoutMinNodes nodes in each, whose starting layout differs: the share of its nodes it shared with other workloads at t0
 // (shared_nodes_at_start / nodes_at_start) is more than layoutDiffShare apart. Its replacements
 // then found different free room — with its image cached or not — so its recovery and
 // replica-seconds are not like for like. Nil when there is none or either mode is missing.
@@ -488,7 +493,7 @@ func (rep *Report) LayoutDiffs() []string {
 	var lines []string
 	for _, wp := range rep.workloadPairs() {
 		bw, lw := wp.baseline, wp.lifeboat
-		if bw.NodesAtStart == 0 || lw.NodesAtStart == 0 {
+		if bw.NodesAtStart < layoutMinNodes || lw.NodesAtStart < layoutMinNodes {
 			continue
 		}
 		bs := float64(bw.SharedNodesAtStart) / float64(bw.NodesAtStart)

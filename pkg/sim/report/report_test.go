@@ -540,8 +540,8 @@ func TestBootLag(t *testing.T) {
 
 // TestLayoutDiffs: a workload whose share of nodes shared with other workloads at t0 differs by
 // more than a quarter between the modes gets a caution (session 28's scale-quarter run: 9 of 56
-// with Lifeboat, 42 of 53 alone); closer shares, a workload missing in a mode or one with no
-// layout recorded get none. The figures are in report.json.
+// with Lifeboat, 42 of 53 alone); closer shares, a workload missing in a mode, one with no
+// layout recorded or on fewer than five nodes in a mode get none. The figures are in report.json.
 func TestLayoutDiffs(t *testing.T) {
 	run := func(mode string, nodes, shared int) *Run {
 		return &Run{Mode: mode, Interval: time.Second,
@@ -558,6 +558,8 @@ func TestLayoutDiffs(t *testing.T) {
 		{name: "alike", bNodes: 30, bShared: 3, lNodes: 31, lShared: 2},
 		{name: "a quarter apart exactly", bNodes: 4, bShared: 2, lNodes: 4, lShared: 1},
 		{name: "no layout recorded (an older run)", bNodes: 0, lNodes: 56, lShared: 9},
+		{name: "too few nodes for a share (make demo seed 99's 4-Pod Job)", bNodes: 2, bShared: 1, lNodes: 4, lShared: 4},
+		{name: "five nodes each", bNodes: 5, bShared: 1, lNodes: 5, lShared: 5, wantCaution: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := New("s", nil, 0, []*Run{run("baseline", tc.bNodes, tc.bShared), run("lifeboat", tc.lNodes, tc.lShared)})
