@@ -390,8 +390,7 @@ func waitPods(ctx context.Context, obs *observer, ws []scenario.Workload, timeou
 	deadline := time.Now().Add(timeout)
 	for {
 		count := map[string]int32{}
-		for _, obj := range obs.pods.List() {
-			p := obj.(*corev1.Pod)
+		for _, p := range obs.podList() {
 			if p.DeletionTimestamp == nil && p.Labels[LabelWorkload] != "" && ok(p) {
 				count[podWorkloadKey(p)]++
 			}

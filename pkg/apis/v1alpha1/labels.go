@@ -100,3 +100,18 @@ const (
 	// Pending ordinary Pod of a reclaim preempted best-effort Jobs, which Karpenter alone never did.
 	PriorityBestEffort int32 = 0
 )
+
+// TierPriority is the value of a tier's PriorityClass (manifests/webhook/priorityclasses.yaml);
+// 0, the cluster's default, for an unknown tier.
+func TierPriority(t Tier) int32 {
+	switch t {
+	case TierCritical:
+		return PriorityCritical
+	case TierStateless:
+		return PriorityStateless
+	case TierCheckpointed:
+		return PriorityCheckpointed
+	default:
+		return PriorityBestEffort
+	}
+}

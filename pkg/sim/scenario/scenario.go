@@ -81,16 +81,7 @@ func (w Workload) LifeboatPriority() int32 {
 	if !w.Protected {
 		return 0
 	}
-	switch w.Tier {
-	case "critical":
-		return v1alpha1.PriorityCritical
-	case "stateless":
-		return v1alpha1.PriorityStateless
-	case "checkpointed":
-		return v1alpha1.PriorityCheckpointed
-	default:
-		return v1alpha1.PriorityBestEffort
-	}
+	return v1alpha1.TierPriority(v1alpha1.Tier(w.Tier))
 }
 
 // RampWaves are the groups of workloads a run creates one after another (Ramp): one group with
